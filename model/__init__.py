@@ -1,0 +1,1 @@
+"""realm.model."""

@@ -1,0 +1,43 @@
+"""Data contracts of every realm artifact, as pyarrow schemas.
+
+One module per artifact family; `realm.schemas.io` writes and reads Parquet through them.
+This package imports pyarrow only, so every other layer (Beam, torch, Prefect) may depend on it.
+"""
+
+from realm.schemas.blocks import BLOCKS
+from realm.schemas.dead_letter import DEAD_LETTER, MAX_RAW_CHARS, dead_letter_record
+from realm.schemas.documents import DOCUMENTS
+from realm.schemas.embeddings import EMBEDDING_DIM, EMBEDDINGS
+from realm.schemas.examples import ICT_EXAMPLES, PRETRAIN_EXAMPLES, SPAN
+from realm.schemas.io import SchemaMismatchError, read_table, validate_table, write_table
+from realm.schemas.predictions import PREDICTIONS
+
+# Artifact directory name -> schema: what `realm` writes under a run root.
+ARTIFACTS = {
+    "documents": DOCUMENTS,
+    "blocks": BLOCKS,
+    "pretrain_examples": PRETRAIN_EXAMPLES,
+    "ict_examples": ICT_EXAMPLES,
+    "dead_letter": DEAD_LETTER,
+    "embeddings": EMBEDDINGS,
+    "predictions": PREDICTIONS,
+}
+
+__all__ = [
+    "ARTIFACTS",
+    "BLOCKS",
+    "DEAD_LETTER",
+    "DOCUMENTS",
+    "EMBEDDINGS",
+    "EMBEDDING_DIM",
+    "ICT_EXAMPLES",
+    "MAX_RAW_CHARS",
+    "PREDICTIONS",
+    "PRETRAIN_EXAMPLES",
+    "SPAN",
+    "SchemaMismatchError",
+    "dead_letter_record",
+    "read_table",
+    "validate_table",
+    "write_table",
+]

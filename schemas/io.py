@@ -1,0 +1,107 @@
+"""Parquet I/O through the artifact schemas: every writer passes one, every reader validates it.
+
+An artifact is a directory of Parquet files (Beam writes shards; `write_table` writes one
+file). `read_table` reads all of them and fails with the path and the offending column when
+a file does not match the contract, rather than letting a wrong dtype surface deep in training.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+class SchemaMismatchError(ValueError):
+    """A Parquet file does not hold the columns or types its artifact's schema requires."""
+
+
+def validate_table(table: pa.Table, schema: pa.Schema, path: str) -> pa.Table:
+    """Return `table` cast to `schema`, or raise naming `path` and the first bad column."""
+    for field in schema:
+        if field.name not in table.column_names:
+            raise SchemaMismatchError(f"{path}: missing column {field.name!r} ({field.type})")
+        actual = table.schema.field(field.name).type
+        if not _compatible(actual, field.type):
+            raise SchemaMismatchError(
+                f"{path}: column {field.name!r} has type {actual}, expected {field.type}"
+            )
+        if not field.nullable and table.column(field.name).null_count:
+            raise SchemaMismatchError(f"{path}: column {field.name!r} holds nulls but is required")
+    return table.select(schema.names).cast(schema)
+
+
+def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
+    if actual.equals(expected):
+        return True
+    # Beam/pandas may write large_* or plain list for fixed-size lists; values must still match.
+    if pa.types.is_null(actual):
+        return True
+    for kind in (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean):
+        if kind(expected):
+            return kind(actual)
+    if pa.types.is_string(expected) or pa.types.is_large_string(expected):
+        return pa.types.is_string(actual) or pa.types.is_large_string(actual)
+    if _is_list(expected):
+        return _is_list(actual) and _compatible(actual.value_type, expected.value_type)
+    if pa.types.is_struct(expected):
+        if not pa.types.is_struct(actual):
+            return False
+        names = {actual.field(i).name: actual.field(i).type for i in range(actual.num_fields)}
+        return all(
+            expected.field(i).name in names
+            and _compatible(names[expected.field(i).name], expected.field(i).type)
+            for i in range(expected.num_fields)
+        )
+    return False
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def parquet_files(path: str) -> list[str]:
+    """The Parquet files of an artifact: `path` itself, or every *.parquet under the directory."""
+    if os.path.isfile(path):
+        return [path]
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path}: no such artifact (file or directory)")
+    files = sorted(
+        os.path.join(root, name)
+        for root, _, names in os.walk(path)
+        for name in names
+        if name.endswith(".parquet") and not name.startswith((".", "_"))
+    )
+    if not files:
+        raise FileNotFoundError(f"{path}: directory holds no .parquet files")
+    return files
+
+
+def read_table(path: str, schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
+    """Read an artifact (file or directory of shards), validated against `schema`."""
+    tables = []
+    for file in parquet_files(path):
+        table = pq.read_table(file)
+        tables.append(validate_table(table, schema, file))
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    return table.select(columns) if columns else table
+
+
+def write_table(
+    path: str, rows: pa.Table | Iterable[Mapping], schema: pa.Schema, *, atomic: bool = True
+) -> str:
+    """Write `rows` (a Table or dicts) to the Parquet file `path` with `schema`.
+
+    With `atomic`, the file is written under a temporary name and renamed, so a reader never
+    opens a half-written artifact.
+    """
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows), schema=schema)
+    table = validate_table(table, schema, path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    target = f"{path}.tmp-{os.getpid()}" if atomic else path
+    pq.write_table(table, target)
+    if atomic:
+        os.replace(target, path)
+    return path

@@ -1,0 +1,16 @@
+"""`predictions/`: one row per evaluated question, with the evidence the answer came from."""
+
+import pyarrow as pa
+
+PREDICTIONS = pa.schema(
+    [
+        pa.field("dataset", pa.string(), nullable=False),
+        pa.field("question", pa.string(), nullable=False),
+        pa.field("answers", pa.list_(pa.string()), nullable=False),
+        pa.field("prediction", pa.string(), nullable=False),
+        pa.field("score", pa.float32(), nullable=False),  # log-probability of the predicted span
+        pa.field("block_ids", pa.list_(pa.int64()), nullable=False),  # retrieved, best first
+        pa.field("block_probs", pa.list_(pa.float32()), nullable=False),  # p(z|x) over the retrieved
+        pa.field("exact_match", pa.bool_(), nullable=False),
+    ]
+)
