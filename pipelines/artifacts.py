@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 
+from realm.schemas.dead_letter import DEAD_LETTER
 from realm.schemas.io import validate_table
 
 
@@ -23,19 +24,23 @@ def artifact_dir(output: str, name: str) -> str:
 
 
 class WriteArtifact(beam.PTransform):
-    """Write dict records to `<output>/<name>/` as Parquet with `schema`."""
+    """Write dict records to `<output>/<name>/<file_prefix>-*.parquet` with `schema`."""
 
-    def __init__(self, output: str, name: str, schema: pa.Schema, num_shards: int = 0):
+    def __init__(
+        self, output: str, name: str, schema: pa.Schema, file_prefix: str = "part", num_shards: int = 0
+    ):
         super().__init__(label=f"Write{_camel(name)}")
         self.directory = artifact_dir(output, name)
         self.schema = schema
+        # Stages run one by one share `dead_letter/`; distinct prefixes keep their shards apart.
+        self.file_prefix = file_prefix
         self.num_shards = num_shards
 
     def expand(self, records):
         # num_shards=0 lets the runner choose; Beam writes one empty shard for an empty input,
         # which keeps "an empty dead-letter table is still written" true without a side path.
         return records | "Parquet" >> beam.io.WriteToParquet(
-            FileSystems.join(self.directory, "part"),
+            FileSystems.join(self.directory, self.file_prefix),
             self.schema,
             file_name_suffix=".parquet",
             num_shards=self.num_shards,
@@ -67,6 +72,13 @@ class ReadArtifact(beam.PTransform):
             | "Open" >> fileio.ReadMatches()
             | "Validate" >> beam.ParDo(_ReadValidatedFn(self.schema))
         )
+
+
+def write_stage_outputs(outputs: dict, output: str, stage: str, schemas: dict[str, pa.Schema]) -> None:
+    """Write a stage's main outputs by artifact name, and its dead letters as `dead_letter/<stage>-*`."""
+    for name, schema in schemas.items():
+        outputs[name] | WriteArtifact(output, name, schema)
+    outputs["dead_letter"] | WriteArtifact(output, "dead_letter", DEAD_LETTER, file_prefix=stage)
 
 
 def _camel(name: str) -> str:

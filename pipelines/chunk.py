@@ -1,0 +1,195 @@
+"""Chunk documents into retrieval blocks of at most 288 wordpieces: `documents` -> `blocks/`.
+
+Each document body is split into sentences (spaCy's rule-based sentencizer, paragraphs are
+hard boundaries) and sentences are packed greedily into blocks whose doc-tower input
+`[CLS] title [SEP] body [SEP]` fits the budget; a single sentence longer than a whole block
+is cut at wordpiece boundaries (counted). Every sentence of a body lands in exactly one block.
+
+    python -m realm.pipelines.chunk --input DOCUMENTS_DIR --output DIR [Beam flags]
+"""
+
+from __future__ import annotations
+
+import sys
+import re
+from collections.abc import Iterator
+
+import apache_beam as beam
+
+from realm.model.tokenization import BLOCK_SPECIAL_TOKENS, MAX_BLOCK_WORDPIECES, WordPieceTokenizer, load_tokenizer
+from realm.pipelines.artifacts import ReadArtifact
+from realm.pipelines.dead_letters import DEAD_LETTER, counter, reject
+from realm.pipelines.execution import run_single_stage
+from realm.pipelines.sentences import stable_id
+from realm.schemas import BLOCKS, DOCUMENTS
+
+STAGE = "chunk"
+# Titles are cut so that a long title never starves the body of its budget.
+MAX_TITLE_WORDPIECES = 32
+# Beyond this a "document" is a concatenation or a dump error, not an article.
+MAX_DOCUMENT_CHARS = 2_000_000
+_PARAGRAPH = re.compile(r"[^\n]+")
+
+
+def block_id_for(title: str, text: str) -> int:
+    """Stable signed int64 id from title and body: the same block gets the same id on every run."""
+    return stable_id(title, text)
+
+
+def sentence_spans(text: str, sentencizer) -> list[tuple[int, int]]:
+    """Char spans (start, end) of the sentences of `text`; newlines always end a sentence."""
+    spans = []
+    for paragraph in _PARAGRAPH.finditer(text):
+        offset = paragraph.start()
+        for sent in sentencizer(paragraph.group()).sents:
+            stripped = sent.text.strip()
+            if not stripped:
+                continue
+            start = offset + sent.start_char + (len(sent.text) - len(sent.text.lstrip()))
+            spans.append((start, start + len(stripped)))
+    return spans
+
+
+def split_into_blocks(
+    doc_id: str,
+    title: str,
+    text: str,
+    tokenizer: WordPieceTokenizer,
+    sentencizer,
+    max_wordpieces: int = MAX_BLOCK_WORDPIECES,
+) -> tuple[list[dict], int]:
+    """Greedy sentence packing of one document; returns (BLOCKS records, sentences cut).
+
+    Budget per block: 3 specials + title + body <= max_wordpieces, with the title capped at
+    MAX_TITLE_WORDPIECES. The body is tokenized once; BERT's pre-tokenizer never joins
+    wordpieces across whitespace, so the wordpieces of a sentence are exactly those whose
+    char offsets fall inside it.
+    """
+    title_ids = tokenizer.encode(title)[:MAX_TITLE_WORDPIECES]
+    body_budget = max_wordpieces - BLOCK_SPECIAL_TOKENS - len(title_ids)
+    encoding = tokenizer.encode_with_offsets(text)
+    # Units: (char_start, char_end, first wordpiece, end wordpiece) of each sentence or sentence piece.
+    units: list[tuple[int, int, int, int]] = []
+    cut_sentences = 0
+    cursor = 0
+    for start, end in sentence_spans(text, sentencizer):
+        first = cursor
+        while cursor < len(encoding.ids) and encoding.offsets[cursor][0] < end:
+            cursor += 1
+        if cursor - first <= body_budget:
+            units.append((start, end, first, cursor))
+            continue
+        cut_sentences += 1
+        for piece_start in range(first, cursor, body_budget):
+            piece_end = min(piece_start + body_budget, cursor)
+            char_start = start if piece_start == first else encoding.offsets[piece_start][0]
+            char_end = end if piece_end == cursor else encoding.offsets[piece_end][0]
+            units.append((char_start, char_end, piece_start, piece_end))
+
+    groups: list[list[tuple[int, int, int, int]]] = []
+    for unit in units:
+        if groups and unit[3] - groups[-1][0][2] <= body_budget:
+            groups[-1].append(unit)
+        else:
+            groups.append([unit])
+
+    blocks = []
+    for index, group in enumerate(groups):
+        block_start, block_end = group[0][0], group[-1][1]
+        body = text[block_start:block_end]
+        body_ids = encoding.ids[group[0][2] : group[-1][3]]
+        blocks.append(
+            {
+                "block_id": block_id_for(title, body),
+                "doc_id": doc_id,
+                "block_index": index,
+                "title": title,
+                "text": body,
+                "sentence_starts": [unit[0] - block_start for unit in group],
+                "title_token_ids": title_ids,
+                "body_token_ids": body_ids,
+                "num_tokens": BLOCK_SPECIAL_TOKENS + len(title_ids) + len(body_ids),
+            }
+        )
+    return blocks, cut_sentences
+
+
+def load_sentencizer():
+    """spaCy's rule-based sentencizer: no model weights, a few microseconds per sentence."""
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.max_length = MAX_DOCUMENT_CHARS
+    return nlp
+
+
+class ChunkDocumentFn(beam.DoFn):
+    def __init__(self, model_dir: str | None = None, max_wordpieces: int = MAX_BLOCK_WORDPIECES):
+        self.model_dir = model_dir
+        self.max_wordpieces = max_wordpieces
+        self.documents = counter(STAGE, "documents")
+        self.blocks = counter(STAGE, "blocks")
+        self.cut_sentences = counter(STAGE, "sentences_cut_over_budget")
+
+    def setup(self):
+        self.tokenizer = load_tokenizer(self.model_dir)
+        self.sentencizer = load_sentencizer()
+
+    def process(self, document: dict) -> Iterator:
+        doc_id, text = document["doc_id"], document["text"] or ""
+        if len(text) > MAX_DOCUMENT_CHARS:
+            yield reject(STAGE, doc_id, "document_too_long", f"{len(text)} chars > {MAX_DOCUMENT_CHARS}", text)
+            return
+        if not text.strip():
+            yield reject(STAGE, doc_id, "empty_body", "document has no body text", document.get("title"))
+            return
+        blocks, cut = split_into_blocks(
+            doc_id, document["title"] or "", text, self.tokenizer, self.sentencizer, self.max_wordpieces
+        )
+        self.documents.inc()
+        self.blocks.inc(len(blocks))
+        self.cut_sentences.inc(cut)
+        yield from blocks
+
+
+def first_of_duplicates(element) -> dict:
+    """One block per block_id. Identical title + body (a document published twice, a mirrored
+    news story) would otherwise enter the index twice and split retrieval mass between copies;
+    the copy from the smallest (doc_id, block_index) wins so every run keeps the same one."""
+    _, copies = element
+    copies = sorted(copies, key=lambda b: (b["doc_id"], b["block_index"]))
+    counter(STAGE, "duplicate_blocks_dropped").inc(len(copies) - 1)
+    return copies[0]
+
+
+class ChunkDocuments(beam.PTransform):
+    """documents -> {"blocks": unique BLOCKS records, "dead_letter": DEAD_LETTER records}."""
+
+    def __init__(self, model_dir: str | None = None, max_wordpieces: int = MAX_BLOCK_WORDPIECES):
+        super().__init__()
+        self.model_dir = model_dir
+        self.max_wordpieces = max_wordpieces
+
+    def expand(self, documents):
+        outputs = documents | "Chunk" >> beam.ParDo(
+            ChunkDocumentFn(self.model_dir, self.max_wordpieces)
+        ).with_outputs(DEAD_LETTER, main="blocks")
+        unique_blocks = (
+            outputs.blocks
+            | "KeyById" >> beam.Map(lambda block: (block["block_id"], block))
+            | "GroupCopies" >> beam.GroupByKey()
+            | "DropDuplicates" >> beam.Map(first_of_duplicates)
+        )
+        return {"blocks": unique_blocks, "dead_letter": outputs[DEAD_LETTER]}
+
+
+def run(argv=None):
+    return run_single_stage(
+        sys.argv[1:] if argv is None else argv, STAGE, ["documents"], {"blocks": BLOCKS},
+        lambda p, o: p | ReadArtifact(o.documents, DOCUMENTS) | ChunkDocuments(o.model_dir, o.max_block_wordpieces),
+    )
+
+
+if __name__ == "__main__":
+    run()

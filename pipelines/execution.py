@@ -1,0 +1,94 @@
+"""Running a realm pipeline: local defaults, clean artifact directories, the run summary.
+
+Without `--runner`, pipelines run on Beam's local runner with 2 worker processes (this
+project's default machine). After the run the Beam counters under `realm.<stage>` are
+printed as one table and written to `<output>/summary/<name>.json`, so a user sees how many
+records each stage kept, skipped and dead-lettered without opening the Parquet files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from realm.pipelines.artifacts import write_stage_outputs
+from realm.pipelines.dead_letters import METRIC_NAMESPACE_PREFIX
+from realm.pipelines.options import RealmOptions, require
+
+LOG = logging.getLogger(__name__)
+LOCAL_RUNNER_FLAGS = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+
+
+def with_local_defaults(argv: list[str]) -> list[str]:
+    """`argv` plus the 2-worker local runner flags unless a runner or worker count was chosen."""
+    chosen = any(a.startswith(("--runner", "--direct_num_workers", "--direct_running_mode")) for a in argv)
+    return list(argv) if chosen else [*argv, *LOCAL_RUNNER_FLAGS]
+
+
+def clear_artifact(output: str, name: str, file_prefix: str | None = None) -> None:
+    """Delete the shards a previous run left in `<output>/<name>/` (only `file_prefix`-* if given),
+    so a re-run with a different shard count never mixes old and new files."""
+    pattern = FileSystems.join(output, name, f"{file_prefix}-*" if file_prefix else "*")
+    matches = FileSystems.match([pattern])[0].metadata_list
+    if matches:
+        LOG.info("removing %d old file(s) matching %s", len(matches), pattern)
+        FileSystems.delete([m.path for m in matches])
+
+
+def stage_counters(result) -> dict[str, dict[str, int]]:
+    """{stage: {counter: value}} for every `realm.<stage>` counter of a finished pipeline."""
+    counts: dict[str, dict[str, int]] = defaultdict(dict)
+    for metric in result.metrics().query()["counters"]:
+        namespace = metric.key.metric.namespace
+        if namespace.startswith(METRIC_NAMESPACE_PREFIX):
+            value = metric.committed if metric.committed is not None else metric.attempted
+            stage = namespace[len(METRIC_NAMESPACE_PREFIX) :]
+            counts[stage][metric.key.metric.name] = counts[stage].get(metric.key.metric.name, 0) + int(value)
+    return {stage: dict(sorted(names.items())) for stage, names in counts.items()}
+
+
+def format_summary(counts: dict[str, dict[str, int]], stage_order: list[str]) -> str:
+    stages = [s for s in stage_order if s in counts] + sorted(set(counts) - set(stage_order))
+    lines = [f"{'stage':<10} {'counter':<40} {'count':>10}"]
+    for stage in stages:
+        for name, value in counts[stage].items():
+            lines.append(f"{stage:<10} {name:<40} {value:>10}")
+    return "\n".join(lines)
+
+
+def run_pipeline(
+    build, argv: list[str], output: str, name: str, stage_order: list[str]
+) -> dict[str, dict[str, int]]:
+    """Build with `build(pipeline)`, run to completion, print and save the per-stage counts."""
+    options = PipelineOptions(with_local_defaults(argv))
+    pipeline = beam.Pipeline(options=options)
+    build(pipeline)
+    result = pipeline.run()
+    result.wait_until_finish()
+    counts = stage_counters(result)
+    summary_path = FileSystems.join(output, "summary", f"{name}.json")
+    with FileSystems.create(summary_path) as handle:
+        handle.write(json.dumps(counts, indent=2, sort_keys=True).encode("utf-8"))
+    print(f"realm {name}: per-stage counts (also in {summary_path})")
+    print(format_summary(counts, stage_order))
+    return counts
+
+
+def run_single_stage(argv, stage: str, required_flags: list[str], output_schemas: dict, build_outputs):
+    """Run one stage on its own: `build_outputs(pipeline, options)` returns the stage's outputs
+    dict, which is written to `--output` (main artifacts replaced, dead letters as `<stage>-*`)."""
+    options = PipelineOptions(argv).view_as(RealmOptions)
+    require(options, "output", *required_flags)
+    for name in output_schemas:
+        clear_artifact(options.output, name)
+    clear_artifact(options.output, "dead_letter", stage)
+
+    def build(pipeline):
+        write_stage_outputs(build_outputs(pipeline, options), options.output, stage, output_schemas)
+
+    return run_pipeline(build, argv, options.output, stage, [stage])

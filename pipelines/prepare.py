@@ -1,0 +1,84 @@
+"""Corpus preparation end to end, as one Beam pipeline: read -> chunk -> tag -> filter, and ICT.
+
+    realm prepare --corpus vital --output runs/vital
+    python -m realm.pipelines.prepare --corpus wikipedia-xml --input 'dumps/*.xml.bz2' --output DIR \\
+        [--knowledge_blocks OTHER_RUN/blocks] [Beam flags, e.g. --runner DataflowRunner ...]
+
+Writes `documents/`, `blocks/`, `pretrain_examples/` (with `forbidden_block_ids`),
+`ict_examples/` and `dead_letter/` (always, even when empty) under `--output`, then prints the
+per-stage counts. Without `--knowledge_blocks`, the knowledge corpus Z is the blocks built
+here (X = Z, as in Wikipedia pre-training); with it, e.g. CC-News examples are filtered
+against a Wikipedia corpus built by an earlier run (X != Z).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from realm.pipelines.artifacts import ReadArtifact, WriteArtifact
+from realm.pipelines.chunk import ChunkDocuments
+from realm.pipelines.execution import clear_artifact, run_pipeline
+from realm.pipelines.ict import BuildIctExamples
+from realm.pipelines.options import RealmOptions, require
+from realm.pipelines.readers import read_corpus
+from realm.pipelines.salient import TagSalientSpans
+from realm.pipelines.trivial import FilterTrivialRetrievals
+from realm.schemas import BLOCKS, DEAD_LETTER, DOCUMENTS, ICT_EXAMPLES, PRETRAIN_EXAMPLES
+
+NAME = "prepare"
+STAGES = ["read", "chunk", "salient", "trivial", "ict"]
+OUTPUT_SCHEMAS = {
+    "documents": DOCUMENTS,
+    "blocks": BLOCKS,
+    "pretrain_examples": PRETRAIN_EXAMPLES,
+    "ict_examples": ICT_EXAMPLES,
+    "dead_letter": DEAD_LETTER,
+}
+
+
+def build_prepare_pipeline(pipeline: beam.Pipeline, options: RealmOptions) -> None:
+    read = read_corpus(pipeline, options.corpus, options.input, limit=options.limit)
+    documents = read["documents"]
+    chunked = documents | ChunkDocuments(options.model_dir, options.max_block_wordpieces)
+    blocks = chunked["blocks"]
+    tagged = blocks | TagSalientSpans(options.model_dir, options.seed)
+    knowledge_blocks = (
+        pipeline | "ReadKnowledgeBlocks" >> ReadArtifact(options.knowledge_blocks, BLOCKS)
+        if options.knowledge_blocks
+        else blocks
+    )
+    filtered = {
+        "pretrain_examples": tagged["pretrain_examples"],
+        "knowledge_blocks": knowledge_blocks,
+    } | FilterTrivialRetrievals(options.max_blocks_per_sentence)
+    ict = blocks | BuildIctExamples(
+        options.model_dir, options.seed, options.ict_keep_probability, options.ict_queries_per_block
+    )
+    dead_letters = [stage["dead_letter"] for stage in (read, chunked, tagged, filtered, ict)]
+    outputs = {
+        "documents": documents,
+        "blocks": blocks,
+        "pretrain_examples": filtered["pretrain_examples"],
+        "ict_examples": ict["ict_examples"],
+        "dead_letter": dead_letters | "FlattenDeadLetters" >> beam.Flatten(),
+    }
+    for name, schema in OUTPUT_SCHEMAS.items():
+        outputs[name] | WriteArtifact(options.output, name, schema, file_prefix=NAME)
+
+
+def run(argv: list[str] | None = None) -> dict[str, dict[str, int]]:
+    argv = sys.argv[1:] if argv is None else argv
+    options = PipelineOptions(argv).view_as(RealmOptions)
+    require(options, "corpus", "output")
+    for name in OUTPUT_SCHEMAS:
+        clear_artifact(options.output, name)
+    return run_pipeline(
+        lambda pipeline: build_prepare_pipeline(pipeline, options), argv, options.output, NAME, STAGES
+    )
+
+
+if __name__ == "__main__":
+    run()

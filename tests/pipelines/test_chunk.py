@@ -1,0 +1,86 @@
+import apache_beam as beam
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from realm.model.tokenization import load_tokenizer
+from realm.pipelines.chunk import ChunkDocuments, load_sentencizer, sentence_spans, split_into_blocks
+
+SENTENCES = [
+    f"Sentence number {i} mentions the city of Springfield and the year {1900 + i} in passing."
+    for i in range(60)
+]
+LONG_TEXT = " ".join(SENTENCES[:30]) + "\n" + " ".join(SENTENCES[30:])
+
+
+def document(doc_id, title, text):
+    return {"doc_id": doc_id, "source": "test", "title": title, "text": text, "url": None, "date": None}
+
+
+def test_every_sentence_lands_in_exactly_one_block_and_blocks_fit_the_budget():
+    tokenizer, sentencizer = load_tokenizer(), load_sentencizer()
+    blocks, cut = split_into_blocks("d1", "Springfield", LONG_TEXT, tokenizer, sentencizer)
+    assert cut == 0
+    assert len(blocks) > 1
+    for block in blocks:
+        assert block["num_tokens"] == 3 + len(block["title_token_ids"]) + len(block["body_token_ids"])
+        assert block["num_tokens"] <= 288
+        assert block["body_token_ids"] == tokenizer.encode(block["text"])
+    found = [
+        block["text"][start:end].strip()
+        for block in blocks
+        for start, end in zip(block["sentence_starts"], block["sentence_starts"][1:] + [len(block["text"])])
+    ]
+    assert found == SENTENCES
+    assert [b["block_index"] for b in blocks] == list(range(len(blocks)))
+
+
+def test_packing_is_greedy_each_block_is_full_up_to_the_next_sentence():
+    tokenizer, sentencizer = load_tokenizer(), load_sentencizer()
+    blocks, _ = split_into_blocks("d1", "Springfield", LONG_TEXT, tokenizer, sentencizer)
+    budget = 288 - 3 - len(tokenizer.encode("Springfield"))
+    for block, following in zip(blocks, blocks[1:]):
+        next_sentence = following["text"][: (following["sentence_starts"] + [len(following["text"])])[1]].strip()
+        assert len(block["body_token_ids"]) + len(tokenizer.encode(next_sentence)) > budget
+
+
+def test_a_sentence_longer_than_a_block_is_cut_at_wordpieces_without_losing_text():
+    tokenizer, sentencizer = load_tokenizer(), load_sentencizer()
+    giant = " ".join(f"word{i}" for i in range(400)) + "."
+    blocks, cut = split_into_blocks("d2", "T", giant, tokenizer, sentencizer, max_wordpieces=64)
+    assert cut == 1
+    assert all(b["num_tokens"] <= 64 for b in blocks)
+    assert sum(len(b["body_token_ids"]) for b in blocks) == len(tokenizer.encode(giant))
+    assert "".join(b["text"] for b in blocks).replace(" ", "") == giant.replace(" ", "")
+
+
+def test_paragraph_breaks_end_sentences_even_without_punctuation():
+    spans = sentence_spans("A heading\nThe body starts here. It goes on.", load_sentencizer())
+    text = "A heading\nThe body starts here. It goes on."
+    assert [text[s:e] for s, e in spans] == ["A heading", "The body starts here.", "It goes on."]
+
+
+def test_chunk_transform_emits_blocks_dedupes_copies_and_dead_letters_empty_and_huge_documents():
+    huge = "x " * 1_000_001
+    with TestPipeline() as p:
+        out = (
+            p
+            | "Docs" >> beam.Create(
+                [
+                    document("a", "Alpha", "Alpha is a letter. It comes first."),
+                    document("a-copy", "Alpha", "Alpha is a letter. It comes first."),
+                    document("empty", "Nothing", "   \n "),
+                    document("huge", "Huge", huge),
+                ]
+            )
+            | ChunkDocuments()
+        )
+        assert_that(
+            out["blocks"] | "Keys" >> beam.Map(lambda b: (b["doc_id"], b["text"], b["sentence_starts"])),
+            equal_to([("a", "Alpha is a letter. It comes first.", [0, 19])]),
+            label="blocks",
+        )
+        assert_that(
+            out["dead_letter"] | "Reasons" >> beam.Map(lambda d: (d["stage"], d["record_key"], d["reason"])),
+            equal_to([("chunk", "empty", "chunk_empty_body"), ("chunk", "huge", "chunk_document_too_long")]),
+            label="dead_letter",
+        )
