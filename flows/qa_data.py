@@ -1,0 +1,107 @@
+"""Open-QA question sets in the formats users bring, read into one `QAExample` shape.
+
+- JSON lines `{"question", "answers": [...], "dataset"?, "answer_type"?}` (this project's
+  format, `../shared/data/qa/`), and upstream NQ-open JSONL (`{"question", "answer": [...]}`);
+- WebQuestions JSON: a list of `{"qText", "answers"}` or of the original
+  `{"utterance", "targetValue": "(list (description X) ...)"}`;
+- CuratedTrec TSV: `question<TAB>answer regex` per line (answers are regular expressions).
+A record that cannot be read raises `QAFormatError` naming the file, line and reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_DESCRIPTION = re.compile(r'\(description (?:"((?:[^"\\]|\\.)*)"|([^()]*))\)')
+
+
+class QAFormatError(ValueError):
+    """A question file or record that does not follow any supported format."""
+
+
+@dataclass(frozen=True)
+class QAExample:
+    question: str
+    answers: list[str] = field(hash=False)
+    dataset: str
+    answer_type: str = "text"  # "text" | "regex"
+
+
+def read_qa_file(path: str | Path, dataset: str | None = None) -> list[QAExample]:
+    """Read any supported format; `dataset` overrides the name stored in or derived from the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such question file")
+    default_name = dataset or path.name.split(".")[0]
+    if path.suffix == ".tsv":
+        return _read_trec_tsv(path, default_name)
+    if path.suffix == ".json":
+        return _read_webquestions_json(path, default_name)
+    return _read_jsonl(path, dataset)
+
+
+def _example(path, where, question, answers, dataset, answer_type="text") -> QAExample:
+    if not isinstance(question, str) or not question.strip():
+        raise QAFormatError(f"{path}:{where}: missing or empty question")
+    if isinstance(answers, str):
+        answers = [answers]
+    if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):
+        raise QAFormatError(f"{path}:{where}: answers must be a non-empty list of strings, got {answers!r}")
+    if answer_type not in ("text", "regex"):
+        raise QAFormatError(f"{path}:{where}: unknown answer_type {answer_type!r}")
+    return QAExample(question.strip(), list(answers), dataset, answer_type)
+
+
+def _read_jsonl(path: Path, dataset: str | None) -> list[QAExample]:
+    examples = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise QAFormatError(f"{path}:{number}: not JSON ({error.msg})") from error
+        if not isinstance(record, dict):
+            raise QAFormatError(f"{path}:{number}: expected a JSON object")
+        answers = record.get("answers", record.get("answer"))
+        name = dataset or record.get("dataset") or path.name.split(".")[0]
+        examples.append(_example(path, number, record.get("question"), answers, name, record.get("answer_type", "text")))
+    return examples
+
+
+def _read_webquestions_json(path: Path, dataset: str) -> list[QAExample]:
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise QAFormatError(f"{path}: not JSON ({error.msg})") from error
+    if not isinstance(records, list):
+        raise QAFormatError(f"{path}: expected a JSON list of questions")
+    examples = []
+    for index, record in enumerate(records):
+        if "qText" in record:
+            examples.append(_example(path, f"[{index}]", record["qText"], record.get("answers"), dataset))
+        else:
+            target = record.get("targetValue", "")
+            answers = [quoted.replace('\\"', '"') or bare.strip() for quoted, bare in _DESCRIPTION.findall(target)]
+            examples.append(_example(path, f"[{index}]", record.get("utterance"), answers, dataset))
+    return examples
+
+
+def _read_trec_tsv(path: Path, dataset: str) -> list[QAExample]:
+    examples = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        question, _, pattern = line.partition("\t")
+        if not pattern.strip():
+            raise QAFormatError(f"{path}:{number}: expected 'question<TAB>answer regex'")
+        examples.append(_example(path, number, question, [pattern.strip()], dataset, "regex"))
+    return examples
+
+
+def demo_qa_path() -> Path:
+    """The small demo question set about facts in the vital articles, shipped with the package."""
+    return Path(__file__).parent / "data" / "demo_qa.jsonl"
