@@ -54,7 +54,8 @@ def test_bad_records_name_the_file_and_line(tmp_path):
 def test_every_demo_answer_occurs_in_the_vital_corpus():
     summaries = load_vital_summaries()
     # Normalised once: answer_in_text would re-normalise the 6 MB corpus for every question.
-    corpus = f" {normalize_answer(' . '.join(f'{s['title']}. {s['extract']}' for s in summaries.values()))} "
+    text = " . ".join(f"{s['title']}. {s['extract']}" for s in summaries.values())
+    corpus = f" {normalize_answer(text)} "
     demo = read_qa_file(demo_qa_path())
     assert len(demo) >= 40
     assert [e.question for e in demo if not any(f" {normalize_answer(a)} " in corpus for a in e.answers)] == []
