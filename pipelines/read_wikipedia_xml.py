@@ -1,0 +1,295 @@
+"""Read MediaWiki XML export dumps (`*.xml`, `*.xml.bz2`, e.g. enwiki pages-articles) into documents.
+
+A dump is streamed, never loaded whole: the decompressed lines are cut into `<page>...</page>`
+byte chunks (MediaWiki's exporter puts `<page>` and `</page>` on lines of their own) and each
+page is parsed on its own, so a malformed page or one with invalid UTF-8 becomes one dead
+letter and the rest of the file goes on. Only articles are kept: redirects, disambiguation
+pages and other namespaces are skipped and counted (`realm.read/skipped_*`). Articles are then
+spread over the workers for the costly part, `wikitext_to_plain_text`; an article left empty
+by cleaning is still emitted, and the chunk stage rejects it as `chunk_empty_body`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import urllib.parse
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import apache_beam as beam
+import mwparserfromhell
+from apache_beam.io import fileio
+from mwparserfromhell.nodes import ExternalLink, Heading, HTMLEntity, Tag, Text, Wikilink
+from mwparserfromhell.wikicode import Wikicode
+
+from realm.pipelines.corpus_files import (
+    STAGE,
+    CorruptFileError,
+    MatchCorpusFiles,
+    plain_paragraphs,
+    read_lines,
+)
+from realm.pipelines.dead_letters import DEAD_LETTER, counter, reject
+
+SOURCE = "wikipedia"
+DEFAULT_ARTICLE_BASE_URL = "https://en.wikipedia.org/wiki/"
+ARTICLE_NAMESPACE = "0"
+
+# Tags whose content is not running prose: citations, tables, galleries, formulas, code.
+_DROPPED_TAGS = frozenset(
+    "ref references table gallery imagemap timeline graph math chem ce score hiero syntaxhighlight"
+    " source pre templatedata templatestyles mapframe maplink inputbox categorytree noinclude".split()
+)
+# Wikilinks to these namespaces render as media or page metadata, not as words in the text.
+_HIDDEN_LINK_NAMESPACES = frozenset({"file", "image", "category"})
+# Interlanguage links ([[fr:Paris]], [[zh-min-nan:Paris]]) are language codes before the colon.
+_LANGUAGE_PREFIX = re.compile(r"^(?:[a-z]{2,3}(?:-[a-z]+)*|simple)$")
+# Appendix sections hold citations and link lists, which make poor evidence blocks.
+_APPENDIX_HEADING = re.compile(
+    r"^\s*(?:see also|references|external links|further reading|notes|notes and references|"
+    r"footnotes|citations|sources|bibliography)\s*$",
+    re.IGNORECASE,
+)
+_BEHAVIOUR_SWITCH = re.compile(r"__[A-Z]+__")
+# What template removal leaves of a pronunciation in a lead: "Paris ({{IPA|..}}; {{IPA|..}}) is".
+_EMPTY_PARENTHESES = re.compile(r"\s*\(\s*[;,\s]*\)")
+# ... and of a citation template before a full stop; ".NET" keeps its space.
+_SPACE_BEFORE_PUNCTUATION = re.compile(r" +([,.;:])(?=\s|$)")
+
+# Templates marking a disambiguation or set-index page (first letter case-insensitive, as in MediaWiki).
+_DISAMBIGUATION_TEMPLATE = re.compile(
+    r"\{\{\s*(?:[^{}|]*[ _]disambiguation|disambiguation|disambig|disamb|dab|hndis|geodis|numberdis|"
+    r"set[ _]index[ _]article|sia|shipindex|mountainindex|roadindex|surname|given[ _]name)\s*[|}]",
+    re.IGNORECASE,
+)
+
+
+def wikitext_to_plain_text(wikitext: str) -> str:
+    """Plain text of an article's wikitext, paragraphs separated by "\\n".
+
+    Templates, comments, references, tables and other non-prose tags, file/category and
+    interlanguage links, and the appendix sections (See also, References, External links, ...)
+    are dropped; links keep their visible text. Section headings are kept as a line of their
+    own, without the `==` markup: a heading is the topic of the paragraphs below it ("Early
+    life", "Geography"), which helps both retrieval and salient-span masking.
+    """
+    code = mwparserfromhell.parse(wikitext)
+    for section in code.get_sections(levels=[2], matches=_is_appendix_heading):
+        code.remove(section)
+    text = _BEHAVIOUR_SWITCH.sub("", _visible_text(code))
+    text = _SPACE_BEFORE_PUNCTUATION.sub(r"\1", _EMPTY_PARENTHESES.sub("", text))
+    return plain_paragraphs(text)
+
+
+def _is_appendix_heading(heading) -> bool:
+    return bool(_APPENDIX_HEADING.match(str(heading)))
+
+
+def _visible_text(code: Wikicode) -> str:
+    parts = []
+    for node in code.nodes:
+        if isinstance(node, Text):
+            parts.append(node.value)
+        elif isinstance(node, HTMLEntity):
+            parts.append(node.normalize())
+        elif isinstance(node, Wikilink):
+            if not _is_hidden_link(str(node.title)):
+                label = node.text if node.text is not None else node.title
+                parts.append(_visible_text(label).lstrip(":"))
+        elif isinstance(node, ExternalLink):
+            if node.title is not None:
+                parts.append(_visible_text(node.title))
+            elif not node.brackets:
+                parts.append(str(node.url))
+        elif isinstance(node, Heading):
+            parts.append(f"\n{_visible_text(node.title)}\n")
+        elif isinstance(node, Tag):
+            tag = str(node.tag).strip().lower()
+            if tag == "br":
+                parts.append("\n")
+            elif tag not in _DROPPED_TAGS and node.contents is not None:
+                parts.append(_visible_text(node.contents))
+        # Templates, template arguments and comments render nothing without template expansion.
+    return "".join(parts)
+
+
+def _is_hidden_link(title: str) -> bool:
+    title = title.strip()
+    if title.startswith(":") or ":" not in title:  # a leading colon makes any link visible
+        return False
+    prefix = title.split(":", 1)[0].strip()
+    return prefix.lower() in _HIDDEN_LINK_NAMESPACES or bool(_LANGUAGE_PREFIX.match(prefix))
+
+
+class MalformedPageError(ValueError):
+    """A page chunk that is not a well-formed `<page>` element with a title and an id."""
+
+
+@dataclass(frozen=True)
+class Page:
+    page_id: str
+    title: str
+    namespace: str
+    is_redirect: bool
+    timestamp: str | None
+    wikitext: str
+
+
+def iter_dump_chunks(lines: Iterable[tuple[int, bytes]]) -> Iterator[tuple[str, int, bytes]]:
+    """Cut a dump's numbered lines into `(kind, first line number, bytes)` chunks.
+
+    Kinds: "siteinfo", "page", and "unclosed_page" for a page cut off by the next `<page>` or
+    by the end of the file. Only one page is ever held in memory.
+    """
+    kind, start, buffer = None, 0, []
+    for line_number, line in lines:
+        stripped = line.strip()
+        if stripped.startswith((b"<page>", b"<siteinfo>")):
+            if kind == "page":
+                yield "unclosed_page", start, b"".join(buffer)
+            kind, start, buffer = ("page" if stripped.startswith(b"<page>") else "siteinfo"), line_number, []
+        if kind is None:
+            continue
+        buffer.append(line)
+        if stripped.endswith(f"</{kind}>".encode()):
+            yield kind, start, b"".join(buffer)
+            kind, buffer = None, []
+    if kind == "page":
+        yield "unclosed_page", start, b"".join(buffer)
+
+
+def article_base_url(siteinfo_xml: bytes) -> str:
+    """`https://<host>/wiki/` from `<siteinfo><base>` (the main page's URL), or the English default."""
+    try:
+        base = _strip_namespaces(ET.fromstring(siteinfo_xml)).findtext("base")
+    except ET.ParseError:
+        return DEFAULT_ARTICLE_BASE_URL
+    if not base or "/" not in base:
+        return DEFAULT_ARTICLE_BASE_URL
+    return base.rsplit("/", 1)[0] + "/"
+
+
+def article_url(base_url: str, title: str) -> str:
+    """MediaWiki's URL of `title`: spaces as underscores, the rest percent-encoded as MediaWiki does."""
+    return base_url + urllib.parse.quote(title.replace(" ", "_"), safe="/:(),'!*;@$_-.~")
+
+
+def parse_page(page_xml: bytes) -> Page:
+    """Parse one `<page>` chunk; raises UnicodeDecodeError, ET.ParseError or MalformedPageError."""
+    page = _strip_namespaces(ET.fromstring(page_xml.decode("utf-8")))
+    title, page_id = page.findtext("title"), page.findtext("id")
+    if not title or not page_id:
+        raise MalformedPageError("page without <title> or <id>")
+    revisions = page.findall("revision")
+    # A history dump lists revisions oldest first; the last one is the article as it stands.
+    revision = revisions[-1] if revisions else ET.Element("revision")
+    return Page(
+        page_id=page_id.strip(),
+        title=title.strip(),
+        namespace=(page.findtext("ns") or ARTICLE_NAMESPACE).strip(),
+        is_redirect=page.find("redirect") is not None,
+        timestamp=revision.findtext("timestamp"),
+        wikitext=revision.findtext("text") or "",
+    )
+
+
+def skip_reason(page: Page) -> str | None:
+    """Why `page` is not an article ("namespace", "redirect", "disambiguation"), or None."""
+    if page.namespace != ARTICLE_NAMESPACE:
+        return "namespace"
+    if page.is_redirect or page.wikitext.lstrip()[:9].upper() == "#REDIRECT":
+        return "redirect"
+    if page.title.endswith("(disambiguation)") or _DISAMBIGUATION_TEMPLATE.search(page.wikitext):
+        return "disambiguation"
+    return None
+
+
+def page_to_document(page: Page, base_url: str = DEFAULT_ARTICLE_BASE_URL) -> dict:
+    return {
+        "doc_id": f"{SOURCE}:{page.page_id}",
+        "source": SOURCE,
+        "title": page.title,
+        "text": wikitext_to_plain_text(page.wikitext),
+        "url": article_url(base_url, page.title),
+        "date": page.timestamp,
+    }
+
+
+def _strip_namespaces(element: ET.Element) -> ET.Element:
+    # Export schema versions differ only in the namespace URI ({...export-0.10/}, 0.11, ...).
+    for node in element.iter():
+        node.tag = node.tag.rpartition("}")[2]
+    return element
+
+
+class ReadWikipediaPagesFn(beam.DoFn):
+    """One dump file -> `(article Page, base URL)`; bad pages and a damaged stream -> dead letters.
+
+    Only XML parsing happens here; the costly wikitext cleaning runs after a reshuffle, so
+    a single-file dump is cleaned by every worker rather than by the one reading it.
+    """
+
+    def __init__(self):
+        self.skipped = {
+            reason: counter(STAGE, f"skipped_{reason}")
+            for reason in ("namespace", "redirect", "disambiguation")
+        }
+
+    def process(self, readable: fileio.ReadableFile):
+        path = readable.metadata.path
+        base_url = DEFAULT_ARTICLE_BASE_URL
+        articles = 0
+        try:
+            for kind, line_number, chunk in iter_dump_chunks(read_lines(readable)):
+                record_key = f"{path}:{line_number}"
+                if kind == "siteinfo":
+                    base_url = article_base_url(chunk)
+                elif kind == "unclosed_page":
+                    yield reject(STAGE, record_key, "read_malformed_xml", "<page> without </page>", chunk)
+                else:
+                    outcome = self._article_or_rejection(record_key, chunk)
+                    if isinstance(outcome, Page):
+                        articles += 1
+                        yield outcome, base_url
+                    elif outcome is not None:
+                        yield outcome
+        except CorruptFileError as error:
+            yield reject(STAGE, error.record_key, "read_corrupt_file", str(error))
+        logging.info("read %d articles from %s", articles, path)
+
+    def _article_or_rejection(self, record_key: str, chunk: bytes):
+        """The page if it is an article, a dead letter if it cannot be parsed, None if skipped."""
+        try:
+            page = parse_page(chunk)
+        except UnicodeDecodeError as error:
+            return reject(STAGE, record_key, "read_undecodable_bytes", str(error), chunk)
+        except (ET.ParseError, MalformedPageError) as error:
+            return reject(STAGE, record_key, "read_malformed_xml", str(error), chunk)
+        reason = skip_reason(page)
+        if reason is not None:
+            self.skipped[reason].inc()
+            return None
+        return page
+
+
+class ReadWikipediaXml(beam.PTransform):
+    """Read MediaWiki XML dumps matching `file_pattern` into `{"documents", "dead_letter"}`."""
+
+    def __init__(self, file_pattern: str):
+        super().__init__()
+        self.file_pattern = file_pattern
+
+    def expand(self, pbegin):
+        pages = (
+            pbegin
+            | "Files" >> MatchCorpusFiles(self.file_pattern)
+            | "SplitPages" >> beam.ParDo(ReadWikipediaPagesFn()).with_outputs(DEAD_LETTER, main="articles")
+        )
+        documents = (
+            pages.articles
+            | "SpreadArticles" >> beam.Reshuffle()
+            | "CleanWikitext" >> beam.MapTuple(page_to_document)
+        )
+        return {"documents": documents, "dead_letter": pages[DEAD_LETTER]}

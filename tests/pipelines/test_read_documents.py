@@ -1,0 +1,73 @@
+import json
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from realm.pipelines.read_documents import ReadDocuments
+from realm.schemas import DOCUMENTS, write_table
+
+PARQUET_ROWS = [
+    {"doc_id": "mine:1", "source": "mine", "title": "One", "text": "First.", "url": None, "date": "2020-01-01"},
+    {"doc_id": "mine:2", "source": "mine", "title": "Two", "text": "Second.", "url": "https://x/2", "date": None},
+]
+
+
+def test_parquet_and_jsonl_files_are_read_and_bad_json_lines_become_dead_letters(tmp_path):
+    write_table(str(tmp_path / "docs.parquet"), PARQUET_ROWS, DOCUMENTS)
+    lines = tmp_path / "docs.jsonl"
+    lines.write_text(
+        "\n".join(
+            [
+                json.dumps({"doc_id": "j:1", "title": "Three", "text": "Third.", "url": "https://x/3"}),
+                json.dumps({"doc_id": "j:2", "title": "Four", "text": ""}),
+                json.dumps({"doc_id": "j:3", "text": "No title."}),
+                json.dumps({"doc_id": 4, "title": "Five", "text": "Numeric id."}),
+                '{"doc_id": "j:5", "title": ',
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    with TestPipeline() as pipeline:
+        outputs = pipeline | ReadDocuments(str(tmp_path / "docs.*"))
+        assert_that(
+            outputs["documents"],
+            equal_to(
+                PARQUET_ROWS
+                + [
+                    {
+                        "doc_id": "j:1",
+                        "source": "documents",
+                        "title": "Three",
+                        "text": "Third.",
+                        "url": "https://x/3",
+                        "date": None,
+                    }
+                ]
+            ),
+            label="Documents",
+        )
+        assert_that(
+            outputs["dead_letter"] | beam.Map(lambda row: (row["stage"], row["reason"], row["record_key"])),
+            equal_to(
+                [
+                    ("read", "read_missing_field", f"{lines}:2"),
+                    ("read", "read_missing_field", f"{lines}:3"),
+                    ("read", "read_malformed_json", f"{lines}:4"),
+                    ("read", "read_malformed_json", f"{lines}:5"),
+                ]
+            ),
+            label="DeadLetters",
+        )
+
+
+def test_a_parquet_file_without_a_documents_column_fails_naming_the_file_and_the_column(tmp_path):
+    path = tmp_path / "wrong.parquet"
+    pq.write_table(pa.table({"doc_id": ["a"], "source": ["s"], "title": ["t"], "body": ["x"]}), path)
+    with pytest.raises(Exception, match=rf"{path}: missing column 'text'"):
+        with TestPipeline() as pipeline:
+            pipeline | ReadDocuments(str(path))

@@ -1,0 +1,225 @@
+import bz2
+
+import apache_beam as beam
+import pytest
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from realm.pipelines.read_wikipedia_xml import (
+    ReadWikipediaXml,
+    iter_dump_chunks,
+    parse_page,
+    skip_reason,
+    wikitext_to_plain_text,
+)
+
+PARIS_WIKITEXT = """{{Short description|Capital of France}}
+{{Infobox settlement
+| name = Paris
+| population = 2,102,650<ref>{{cite web|url=http://x.org|title=Pop}}</ref>
+}}
+'''Paris''' ({{IPA-fr|paʁi}}) is the [[capital city|capital]] of [[France]].<ref name="insee">INSEE</ref><!-- short -->
+It lies on the [[Seine]]&nbsp;river.<ref name="insee" />
+
+== History ==
+[[File:Paris.jpg|thumb|The [[Eiffel Tower]] at night]]
+The [[Parisii]] founded it. See [http://paris.fr the city's site].
+
+
+{| class="wikitable"
+! Year !! Population
+|-
+| 1900 || 2,714,068
+|}
+* [[Louvre]] museum
+
+== References ==
+{{reflist}}
+
+== External links ==
+* [http://paris.fr Official website]
+
+[[Category:Capitals in Europe]]
+[[fr:Paris]]
+"""
+PARIS_TEXT = (
+    "Paris is the capital of France.\n"
+    "It lies on the Seine river.\n"
+    "History\n"
+    "The Parisii founded it. See the city's site.\n"
+    "Louvre museum"
+)
+
+HEADER = b"""<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10" xml:lang="en">
+  <siteinfo>
+    <sitename>Wikipedia</sitename>
+    <base>https://simple.wikipedia.org/wiki/Main_Page</base>
+  </siteinfo>
+"""
+FOOTER = b"</mediawiki>\n"
+
+
+def page(page_id, title, wikitext, ns=0, redirect=None, timestamp="2024-05-01T12:00:00Z") -> bytes:
+    escaped = wikitext.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    redirect_line = f'    <redirect title="{redirect}" />\n' if redirect else ""
+    return (
+        f"  <page>\n    <title>{title}</title>\n    <ns>{ns}</ns>\n    <id>{page_id}</id>\n{redirect_line}"
+        f"    <revision>\n      <id>{page_id}00</id>\n      <timestamp>{timestamp}</timestamp>\n"
+        f'      <text bytes="{len(wikitext)}" xml:space="preserve">{escaped}</text>\n'
+        f"    </revision>\n  </page>\n"
+    ).encode("utf-8")
+
+
+# An unclosed <text> inside a page that is otherwise cut correctly.
+MALFORMED_PAGE = page(17, "Broken", "unclosed").replace(b"unclosed</text>", b"unclosed")
+UNDECODABLE_PAGE = page(18, "Bytes", "cafe").replace(b"cafe", b"caf\xff")
+
+ARTICLES = [
+    page(10, "Paris", PARIS_WIKITEXT),
+    page(11, "Paname", "#REDIRECT [[Paris]]", redirect="Paris"),
+    page(12, "City of Light", "#redirect [[Paris]]"),
+    page(13, "Mercury", "'''Mercury''' may refer to:\n* [[Mercury (planet)]]\n{{disambiguation}}"),
+    page(14, "Smith (disambiguation)", "'''Smith''' may mean several things."),
+    page(15, "John Smith", "'''John Smith''' may be:\n* [[John Smith (explorer)]]\n{{hndis|Smith, John}}"),
+    page(16, "Talk:Paris", "Is Paris the capital?", ns=1),
+    MALFORMED_PAGE,
+    UNDECODABLE_PAGE,
+    page(19, "Stub", "{{stub}}<!-- nothing yet -->"),
+    page(20, "Lyon", "'''Lyon''' is a city in [[France]]."),
+]
+
+
+def dump_bytes(pages) -> bytes:
+    return HEADER + b"".join(pages) + FOOTER
+
+
+def line_of(dump: bytes, marker: bytes) -> int:
+    """1-based line number of the `<page>` line of the page containing `marker`."""
+    before = dump[: dump.index(marker)]
+    return before[: before.rindex(b"<page>")].count(b"\n") + 1
+
+
+def document(page_id, title, text, base="https://simple.wikipedia.org/wiki/"):
+    return {
+        "doc_id": f"wikipedia:{page_id}",
+        "source": "wikipedia",
+        "title": title,
+        "text": text,
+        "url": base + title.replace(" ", "_"),
+        "date": "2024-05-01T12:00:00Z",
+    }
+
+
+LYON = document(20, "Lyon", "Lyon is a city in France.")
+
+
+def counter_values(result, names):
+    counters = result.metrics().query(MetricsFilter().with_namespace("realm.read"))["counters"]
+    values = {counter.key.metric.name: counter.committed for counter in counters}
+    return {name: values.get(name, 0) for name in names}
+
+
+def test_wikitext_keeps_prose_and_link_text_and_drops_markup_tables_refs_and_appendix_sections():
+    assert wikitext_to_plain_text(PARIS_WIKITEXT) == PARIS_TEXT
+
+
+@pytest.mark.parametrize(
+    ("wikitext", "expected"),
+    [
+        ("[[Target|shown text]] and [[Target]]", "shown text and Target"),
+        ("[[:Category:Cities|cities]] [[Category:Cities]][[de:Paris]][[Image:x.png|left|caption]]", "cities"),
+        ("A {{convert|5|km}} walk<ref>cite</ref><ref name=a/> <!-- c -->here.", "A walk here."),
+        ("[http://example.org Example site] and [http://example.org]", "Example site and"),
+        ("Intro\n\n\n\n=== Sub heading ===\nBody &amp; more", "Intro\nSub heading\nBody & more"),
+        ("First<br/>second __NOTOC__", "First\nsecond"),
+        ("''Italic'' and '''bold''' <math>x^2</math>formula", "Italic and bold formula"),
+        ("On the .NET Framework {{cite web|url=x}} .", "On the .NET Framework."),
+    ],
+)
+def test_wikitext_to_plain_text_case_by_case(wikitext, expected):
+    assert wikitext_to_plain_text(wikitext) == expected
+
+
+def test_dump_chunks_report_a_page_cut_off_by_the_next_page_or_the_end_of_file():
+    lines = [b"<page>\n", b"<title>A</title>\n", b"<page>\n", b"</page>\n", b"<page>\n", b"<title>B\n"]
+    chunks = list(iter_dump_chunks(enumerate(lines, start=1)))
+    assert [(kind, start) for kind, start, _ in chunks] == [("unclosed_page", 1), ("page", 3), ("unclosed_page", 5)]
+
+
+def test_non_articles_are_recognised_by_namespace_redirect_and_disambiguation_markers():
+    parsable = [chunk for chunk in ARTICLES if chunk not in (MALFORMED_PAGE, UNDECODABLE_PAGE)]
+    assert [skip_reason(parse_page(chunk)) for chunk in parsable] == [
+        None,
+        "redirect",
+        "redirect",
+        "disambiguation",
+        "disambiguation",
+        "disambiguation",
+        "namespace",
+        None,
+        None,
+    ]
+
+
+def run_reader(pattern):
+    pipeline = TestPipeline()
+    outputs = pipeline | ReadWikipediaXml(pattern)
+    return pipeline, outputs
+
+
+def test_dump_yields_articles_and_one_dead_letter_per_bad_page_and_counts_skips(tmp_path):
+    dump = dump_bytes(ARTICLES)
+    path = tmp_path / "simplewiki-pages-articles.xml"
+    path.write_bytes(dump)
+    pipeline, outputs = run_reader(str(tmp_path / "*.xml"))
+    assert_that(
+        outputs["documents"],
+        equal_to([document(10, "Paris", PARIS_TEXT), document(19, "Stub", ""), LYON]),
+        label="Documents",
+    )
+    assert_that(
+        outputs["dead_letter"] | beam.Map(lambda row: (row["stage"], row["reason"], row["record_key"])),
+        equal_to(
+            [
+                ("read", "read_malformed_xml", f"{path}:{line_of(dump, b'<title>Broken')}"),
+                ("read", "read_undecodable_bytes", f"{path}:{line_of(dump, b'<title>Bytes')}"),
+            ]
+        ),
+        label="DeadLetters",
+    )
+    result = pipeline.run()
+    result.wait_until_finish()
+    assert counter_values(result, ["skipped_redirect", "skipped_disambiguation", "skipped_namespace"]) == {
+        "skipped_redirect": 2,
+        "skipped_disambiguation": 3,
+        "skipped_namespace": 1,
+    }
+
+
+def test_bz2_multistream_dump_is_streamed_and_a_truncated_stream_keeps_the_pages_before_it(tmp_path):
+    first_stream = bz2.compress(HEADER + ARTICLES[0])
+    second_stream = bz2.compress(ARTICLES[-1] + FOOTER)
+    (tmp_path / "whole.xml.bz2").write_bytes(first_stream + second_stream)
+    # Cut inside the second stream: Paris (first stream) survives, Lyon is lost with the tail.
+    (tmp_path / "cut.xml.bz2").write_bytes(first_stream + second_stream[: len(second_stream) // 2])
+    pipeline, outputs = run_reader(str(tmp_path / "*.xml.bz2"))
+    paris = document(10, "Paris", PARIS_TEXT)
+    assert_that(outputs["documents"], equal_to([paris, LYON, paris]), label="Documents")
+    first_unread_line = (HEADER + ARTICLES[0]).count(b"\n") + 1
+    assert_that(
+        outputs["dead_letter"] | beam.Map(lambda row: (row["stage"], row["reason"], row["record_key"])),
+        equal_to([("read", "read_corrupt_file", f"{tmp_path / 'cut.xml.bz2'}:{first_unread_line}")]),
+        label="DeadLetters",
+    )
+    pipeline.run().wait_until_finish()
+
+
+def test_dump_without_siteinfo_links_articles_to_english_wikipedia(tmp_path):
+    (tmp_path / "pages.xml").write_bytes(b"<mediawiki>\n" + ARTICLES[-1] + FOOTER)
+    with TestPipeline() as pipeline:
+        outputs = pipeline | ReadWikipediaXml(str(tmp_path / "pages.xml"))
+        assert_that(
+            outputs["documents"] | beam.Map(lambda doc: doc["url"]),
+            equal_to(["https://en.wikipedia.org/wiki/Lyon"]),
+        )
