@@ -1,0 +1,67 @@
+"""Block wordpieces by block id, for building the inputs of retrieved candidates.
+
+Holds the `title_token_ids`/`body_token_ids` columns of `blocks/` as flat numpy arrays with
+offsets (Arrow's list layout), so a 13M-block corpus costs its token ids and not a Python
+object per block; ids resolve to rows through a sorted copy of the ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from realm.schemas import BLOCKS, validate_table
+from realm.schemas.io import parquet_files
+
+# What the doc tower, the encoder and the reader need of a block.
+BLOCK_COLUMNS = ["block_id", "title_token_ids", "body_token_ids"]
+_BLOCK_COLUMNS_SCHEMA = pa.schema([BLOCKS.field(name) for name in BLOCK_COLUMNS])
+
+
+def iter_block_batches(blocks_path: str, batch_rows: int = 4096) -> Iterator[pa.RecordBatch]:
+    """BLOCK_COLUMNS of a `blocks/` artifact, validated, as record batches."""
+    for file in parquet_files(blocks_path):
+        for batch in pq.ParquetFile(file).iter_batches(batch_size=batch_rows, columns=BLOCK_COLUMNS):
+            yield from validate_table(pa.Table.from_batches([batch]), _BLOCK_COLUMNS_SCHEMA, file).to_batches()
+
+
+class _Lists:
+    """A list<int32> column as (values, offsets)."""
+
+    def __init__(self, column: pa.ChunkedArray):
+        array = column.combine_chunks()
+        self.offsets = array.offsets.to_numpy()
+        self.values = array.values.to_numpy()
+
+    def row(self, row: int) -> list[int]:
+        return self.values[self.offsets[row] : self.offsets[row + 1]].tolist()
+
+
+class BlockStore:
+    """Title and body wordpieces of every block, by block id."""
+
+    def __init__(self, blocks: pa.Table):
+        self.block_ids = blocks["block_id"].to_numpy()
+        self._order = np.argsort(self.block_ids, kind="stable")
+        self._sorted_ids = self.block_ids[self._order]
+        self._titles = _Lists(blocks["title_token_ids"])
+        self._bodies = _Lists(blocks["body_token_ids"])
+
+    @classmethod
+    def from_parquet(cls, blocks_path: str) -> BlockStore:
+        return cls(pa.Table.from_batches(list(iter_block_batches(blocks_path))).select(BLOCK_COLUMNS))
+
+    def _row(self, block_id: int) -> int:
+        position = int(np.searchsorted(self._sorted_ids, block_id))
+        if position == len(self._sorted_ids) or self._sorted_ids[position] != block_id:
+            raise KeyError(f"block {block_id} is not in the corpus")
+        return int(self._order[position])
+
+    def title_ids(self, block_id: int) -> list[int]:
+        return self._titles.row(self._row(block_id))
+
+    def body_ids(self, block_id: int) -> list[int]:
+        return self._bodies.row(self._row(block_id))

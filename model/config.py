@@ -1,0 +1,156 @@
+"""Model configuration: one frozen dataclass, named presets, and the warm-start loader.
+
+Every component (query/doc embedder, knowledge-augmented encoder, reader) is a BERT built
+from the same `ModelConfig`: warm-started from a local Hugging Face BERT directory, or
+randomly initialised from the shape fields when `model_dir` is None (the `tiny` preset).
+Nothing here downloads; loading uses `local_files_only=True`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import TypeVar
+
+from transformers import BertConfig, PreTrainedModel
+
+from realm.model.tokenization import WordPieceTokenizer, default_model_dir, load_tokenizer
+from realm.schemas import EMBEDDING_DIM
+
+log = logging.getLogger(__name__)
+
+ComponentT = TypeVar("ComponentT", bound=PreTrainedModel)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What to build. Pass it explicitly; presets are starting points (`ModelConfig.preset`).
+
+    `model_dir`: local HF BERT directory to warm-start from (None: random init with the shape
+    fields below). `num_layers`: keep only the first N transformer layers (None: all of the
+    warm start's layers; required for random init). `dropout` sets hidden and attention
+    dropout. `cpu_bf16_autocast`: run forward passes under bf16 autocast on CPU too (on CUDA
+    bf16 autocast is always on where the GPU supports it).
+    """
+
+    model_dir: str | None
+    num_layers: int | None = None
+    dropout: float = 0.1
+    cpu_bf16_autocast: bool = False
+    retrieval_dim: int = EMBEDDING_DIM
+    span_hidden_size: int = 256
+    max_span_wordpieces: int = 10
+    # Shape of a randomly initialised BERT (ignored when warm-starting from model_dir).
+    hidden_size: int = 128
+    num_attention_heads: int = 2
+    intermediate_size: int = 512
+    vocab_size: int = 30522
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> ModelConfig:
+        """A named preset (see `PRESETS`), with any field overridden."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
+        return dataclasses.replace(PRESETS[name](), **overrides)
+
+    def bert_config(self) -> BertConfig:
+        """The BertConfig every component is built with, including the realm-specific fields."""
+        dropout = {"hidden_dropout_prob": self.dropout, "attention_probs_dropout_prob": self.dropout}
+        if self.model_dir is not None:
+            config = BertConfig.from_pretrained(self.model_dir, local_files_only=True, **dropout)
+            if self.num_layers is not None:
+                if self.num_layers > config.num_hidden_layers:
+                    raise ValueError(
+                        f"{self.model_dir}: has {config.num_hidden_layers} layers, "
+                        f"cannot keep {self.num_layers}"
+                    )
+                config.num_hidden_layers = self.num_layers
+        else:
+            if self.num_layers is None:
+                raise ValueError("a randomly initialised model needs num_layers")
+            config = BertConfig(
+                vocab_size=self.vocab_size,
+                hidden_size=self.hidden_size,
+                num_hidden_layers=self.num_layers,
+                num_attention_heads=self.num_attention_heads,
+                intermediate_size=self.intermediate_size,
+                **dropout,
+            )
+        config.retrieval_dim = self.retrieval_dim
+        config.span_hidden_size = self.span_hidden_size
+        config.max_span_wordpieces = self.max_span_wordpieces
+        return config
+
+    def tokenizer(self) -> WordPieceTokenizer:
+        """The WordPiece vocabulary of the warm start (random init shares the default vocab)."""
+        return load_tokenizer(self.model_dir)
+
+
+def _default_dir() -> str:
+    return str(default_model_dir())
+
+
+def _tiny() -> ModelConfig:
+    """Tests: 2 layers, hidden 128, 2 heads, random init, default vocab; dropout on, so tests
+    that depend on RNG state (exact resume) exercise it."""
+    return ModelConfig(model_dir=None, num_layers=2, dropout=0.1)
+
+
+def _default() -> ModelConfig:
+    """The local 6-layer MiniLM BERT, dropout 0, bf16 autocast on CPU.
+
+    Trade: ~4x faster steps than `paper` on this CPU (design §5b: dropout's mask generation
+    is 14% of CPU time and attention dropout forces the slow attention path; bf16 doubles
+    matmul throughput) for no dropout regularisation and bf16 rounding in the forward pass.
+    """
+    return ModelConfig(model_dir=_default_dir(), dropout=0.0, cpu_bf16_autocast=True)
+
+
+def _fast() -> ModelConfig:
+    """The first 2 layers of the local BERT, dropout 0, bf16 autocast on CPU.
+
+    Trade: ~3x faster again than `default` (thousands of steps in one to three hours at short
+    lengths, design §5b) for a much shallower encoder and retriever.
+    """
+    return ModelConfig(model_dir=_default_dir(), num_layers=2, dropout=0.0, cpu_bf16_autocast=True)
+
+
+def _paper() -> ModelConfig:
+    """The paper's regularisation and precision (dropout 0.1, fp32) on the local 6-layer BERT.
+
+    Trade: fidelity for speed; 36-150 steps/hour on this CPU (design §5b).
+    """
+    return ModelConfig(model_dir=_default_dir(), dropout=0.1, cpu_bf16_autocast=False)
+
+
+PRESETS = {"tiny": _tiny, "default": _default, "fast": _fast, "paper": _paper}
+
+
+def build_component(component_cls: type[ComponentT], config: ModelConfig) -> ComponentT:
+    """A fresh component: warm-started from `config.model_dir`, or randomly initialised.
+
+    Weights the warm start lacks (projection, MLM head, span scorer) are freshly initialised
+    and logged, since that changes what a run starts from.
+    """
+    bert_config = config.bert_config()
+    if config.model_dir is None:
+        model = component_cls(bert_config)
+    else:
+        model, info = component_cls.from_pretrained(
+            config.model_dir,
+            config=bert_config,
+            local_files_only=True,
+            attn_implementation="sdpa",
+            output_loading_info=True,
+        )
+        if info["missing_keys"]:
+            # "cls.predictions.transform.dense.weight" -> "cls.predictions": name heads, not tensors.
+            heads = sorted({".".join(key.split(".")[:-1][:2]) for key in info["missing_keys"]})
+            log.info(
+                "%s: %s has no weights for %s; freshly initialised",
+                component_cls.__name__,
+                config.model_dir,
+                ", ".join(heads),
+            )
+    return model

@@ -1,0 +1,76 @@
+"""The neural knowledge retriever: two BERT towers whose [CLS] vectors are projected to 128-d.
+
+f(x,z) = Embed_input(x)ᵀ Embed_doc(z) (REALM §3.2). The query tower reads `[CLS] x [SEP]`,
+the doc tower `[CLS] title [SEP] body [SEP]`; they are separate encoders. With the doc tower
+frozen (fine-tuning, cached pre-training) `embed_passages` runs it under `torch.no_grad()`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import BertConfig, BertModel, BertPreTrainedModel
+
+from realm.model.config import ModelConfig, build_component
+from realm.model.inputs import BertInputs
+
+
+class Embedder(BertPreTrainedModel):
+    """One tower: BERT, then a linear projection of the final [CLS] state to `retrieval_dim`."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.projection = nn.Linear(config.hidden_size, config.retrieval_dim)
+        self.post_init()
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> torch.Tensor:
+        hidden = self.bert(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).last_hidden_state  # [n, length, hidden]
+        return self.projection(hidden[:, 0])  # [n, retrieval_dim]
+
+
+class Retriever(nn.Module):
+    """Query tower + doc tower. `freeze_doc_tower` stops gradients into the doc tower."""
+
+    def __init__(self, query_embedder: Embedder, doc_embedder: Embedder, freeze_doc_tower: bool = False):
+        super().__init__()
+        self.query_embedder = query_embedder
+        self.doc_embedder = doc_embedder
+        self.freeze_doc_tower = freeze_doc_tower
+
+    @property
+    def freeze_doc_tower(self) -> bool:
+        return self._freeze_doc_tower
+
+    @freeze_doc_tower.setter
+    def freeze_doc_tower(self, frozen: bool) -> None:
+        # requires_grad too, so an optimizer built over trainable parameters skips the tower.
+        self._freeze_doc_tower = frozen
+        self.doc_embedder.requires_grad_(not frozen)
+
+    def embed_queries(self, queries: BertInputs) -> torch.Tensor:
+        """[n, retrieval_dim] Embed_input(x), float32."""
+        return self.query_embedder(**queries.as_kwargs()).float()
+
+    def embed_passages(self, passages: BertInputs) -> torch.Tensor:
+        """[n, retrieval_dim] Embed_doc(z), float32; no graph when the doc tower is frozen."""
+        if self.freeze_doc_tower:
+            with torch.no_grad():
+                return self.doc_embedder(**passages.as_kwargs()).float()
+        return self.doc_embedder(**passages.as_kwargs()).float()
+
+
+def relevance_scores(query_embeddings: torch.Tensor, doc_embeddings: torch.Tensor) -> torch.Tensor:
+    """f(x,z) for each query's own candidates: [batch, d] · [batch, k, d] -> [batch, k]."""
+    return torch.einsum("bd,bkd->bk", query_embeddings, doc_embeddings)
+
+
+def build_retriever(config: ModelConfig, freeze_doc_tower: bool = False) -> Retriever:
+    """Both towers from the same warm start (REALM initialises them alike, then they diverge)."""
+    return Retriever(
+        build_component(Embedder, config), build_component(Embedder, config), freeze_doc_tower
+    )

@@ -1,0 +1,13 @@
+"""A tiny knowledge corpus Z built in code: (block_id, title, text)."""
+
+# Block ids are signed 64-bit hashes in the real corpus; negative ones must work too.
+CORPUS = [
+    (-7, "Paris", "Paris is the capital and largest city of France, on the river Seine."),
+    (11, "Seine", "The Seine flows through Paris into the English Channel at Le Havre."),
+    (23, "Mount Everest", "Mount Everest is Earth's highest mountain above sea level, in the Himalayas."),
+    (-42, "Marie Curie", "Marie Curie was a Polish physicist who won two Nobel Prizes, in 1903 and 1911."),
+    (57, "Ada Lovelace", "Ada Lovelace wrote the first algorithm intended for Babbage's Analytical Engine."),
+    (68, "Nile", "The Nile is a river in Africa, flowing north into the Mediterranean Sea."),
+    (9001, "Photosynthesis", "Photosynthesis converts light energy into chemical energy in plants and algae."),
+    (-3, "Beethoven", "Ludwig van Beethoven was a German composer; he became deaf later in life."),
+]

@@ -1,0 +1,69 @@
+import logging
+
+import pytest
+import torch
+from transformers import BertModel
+
+from realm.model.config import ModelConfig
+from realm.model.inputs import block_sequence, pad_batch
+from realm.model.retriever import Embedder, build_retriever, relevance_scores
+from realm.model.tokenization import default_model_dir, join
+
+
+def _queries(tokenizer):
+    return pad_batch([join(tokenizer, tokenizer.encode(t)) for t in ["who won", "rivers of africa"]], tokenizer.pad_id)
+
+
+def test_towers_embed_to_128_and_score_by_inner_product(tiny_config, tokenizer):
+    retriever = build_retriever(tiny_config)
+    queries = retriever.embed_queries(_queries(tokenizer))
+    passages = retriever.embed_passages(
+        pad_batch([block_sequence(tokenizer, tokenizer.encode("nile"), tokenizer.encode("a river"))] * 3, tokenizer.pad_id)
+    )
+    assert queries.shape == (2, 128) and passages.shape == (3, 128)
+    scores = relevance_scores(queries, passages.expand(2, 3, 128))
+    torch.testing.assert_close(scores, queries @ passages.T)
+
+
+def test_towers_are_separate_encoders(tiny_config):
+    retriever = build_retriever(tiny_config)
+    query_params = {id(p) for p in retriever.query_embedder.parameters()}
+    assert not query_params & {id(p) for p in retriever.doc_embedder.parameters()}
+
+
+def test_frozen_doc_tower_builds_no_graph(tiny_config, tokenizer):
+    retriever = build_retriever(tiny_config, freeze_doc_tower=True)
+    passages = retriever.embed_passages(_queries(tokenizer))
+    assert not passages.requires_grad
+    assert retriever.embed_queries(_queries(tokenizer)).requires_grad
+
+
+def test_warm_start_copies_bert_and_keeps_requested_layers(caplog):
+    config = ModelConfig.preset("fast")
+    with caplog.at_level(logging.INFO, logger="realm.model.config"):
+        embedder = build_retriever(config).query_embedder
+    reference = BertModel.from_pretrained(default_model_dir(), local_files_only=True)
+    assert embedder.config.num_hidden_layers == 2 and embedder.config.hidden_dropout_prob == 0.0
+    torch.testing.assert_close(
+        embedder.bert.encoder.layer[1].output.dense.weight, reference.encoder.layer[1].output.dense.weight
+    )
+    assert "freshly initialised" in caplog.text and "projection" in caplog.text
+
+
+def test_presets_state_their_trade():
+    assert ModelConfig.preset("tiny").model_dir is None
+    default = ModelConfig.preset("default")
+    assert default.dropout == 0.0 and default.cpu_bf16_autocast
+    assert ModelConfig.preset("paper").dropout == 0.1
+    assert ModelConfig.preset("tiny", dropout=0.0).dropout == 0.0
+    with pytest.raises(ValueError, match="unknown model preset"):
+        ModelConfig.preset("huge")
+
+
+def test_embedder_save_pretrained_round_trip(tiny_config, tmp_path, tokenizer):
+    embedder = build_retriever(tiny_config).query_embedder.eval()
+    embedder.save_pretrained(tmp_path)
+    loaded = Embedder.from_pretrained(tmp_path).eval()
+    inputs = _queries(tokenizer)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**inputs.as_kwargs()), embedder(**inputs.as_kwargs()), rtol=0, atol=0)
