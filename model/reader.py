@@ -9,8 +9,6 @@ then marginalises it over the retrieved blocks.
 
 from __future__ import annotations
 
-import re
-import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,19 +16,11 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
 
+from realm.model.answer_metrics import normalize_answer
 from realm.model.config import ModelConfig, build_component
 from realm.model.inputs import BertInputs, joint_sequence, pad_batch
 from realm.model.marginal import as_float32_or_wider, mask_log_scores, masked_logsumexp
 from realm.model.tokenization import WordPieceTokenizer
-
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCTUATION = str.maketrans("", "", string.punctuation)
-
-
-def normalize_answer(text: str) -> str:
-    """The standard Open-QA normalisation: lowercase, drop punctuation and articles, collapse spaces."""
-    text = text.lower().translate(_PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
 
 
 def find_gold_spans(

@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from realm.flows.metrics import answer_in_text, exact_match, normalize_answer
-from realm.flows.qa_data import QAFormatError, demo_qa_path, read_qa_file
+from realm.model.answer_metrics import answer_in_text, exact_match, normalize_answer
+from realm.flows.demo import demo_qa_path
+from realm.model.qa_data import QAFormatError, read_qa_file
 from realm.pipelines.read_vital import load_vital_summaries
 
 

@@ -100,8 +100,3 @@ def _read_trec_tsv(path: Path, dataset: str) -> list[QAExample]:
             raise QAFormatError(f"{path}:{number}: expected 'question<TAB>answer regex'")
         examples.append(_example(path, number, question, [pattern.strip()], dataset, "regex"))
     return examples
-
-
-def demo_qa_path() -> Path:
-    """The small demo question set about facts in the vital articles, shipped with the package."""
-    return Path(__file__).parent / "data" / "demo_qa.jsonl"
