@@ -1,12 +1,14 @@
-"""The `realm` command: one entry point over the pipelines (and, as they land, the flows).
+"""The `realm` command: one entry point over the Beam pipelines and the Prefect flows.
 
     realm prepare --corpus vital --output runs/vital
-    realm prepare --help
+    realm run --preset tiny --output runs/tiny
+    realm ask --run runs/tiny "who was the commander of apollo 11"
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 
@@ -20,6 +22,15 @@ prepare   Beam: read a corpus and build the Parquet artifacts training needs:
             trivial   pretrain_examples/  forbidden_block_ids: every block holding the sentence verbatim
             ict       ict_examples/       Inverse Cloze Task pairs to warm-start the retriever
           Rejected records go to dead_letter/ (stage, key, reason); counts print at the end.
+run       Prefect: the whole chain on one run root (prepare, then the stages below).
+train     Prefect, one stage at a time:
+            ict       warm-start both retriever towers on the Inverse Cloze Task
+            pretrain  REALM pre-training: salient-span MLM over the top-k retrieved blocks
+                      (null document included, trivial retrievals excluded), with the
+                      MIPS index re-embedded and swapped in asynchronously every N steps
+            finetune  Open-QA: query tower + span reader over the top 5 blocks, index fixed
+evaluate  Prefect: exact match and answer recall@1/5/20 per dataset; predictions/ Parquet.
+ask       answer a question with a trained run, showing the evidence blocks.
 """
 
 PREPARE_EPILOG = """\
@@ -38,6 +49,7 @@ Locally the default is the DirectRunner with 2 worker processes.
 
 
 def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
+    """Beam flags (anything the parser does not know) pass through to the pipeline."""
     from realm.pipelines import prepare
 
     argv = ["--corpus", args.corpus, "--output", args.output]
@@ -49,6 +61,105 @@ def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
         argv += ["--limit", str(args.limit)]
     prepare.run(argv + beam_args)
     return 0
+
+
+def _pipeline_params(args: argparse.Namespace):
+    from realm.flows.params import PipelineParams
+
+    params = PipelineParams.preset(args.preset, output=args.output)
+    if args.device:
+        params.run.device = args.device
+    return params
+
+
+def _print_json(value) -> None:
+    print(json.dumps(value, sort_keys=True, default=str))
+
+
+def _run(args: argparse.Namespace, beam_args: list[str]) -> int:
+    from realm.flows.realm_pipeline import realm_pipeline
+
+    params = _pipeline_params(args)
+    params.prepare.beam_args = beam_args
+    result = realm_pipeline(params)
+    print(f"run root: {params.run.output}")
+    _print_json({"evaluate": result["evaluate"], "pretrain": {k: result["pretrain"][k] for k in (
+        "accuracy_with_retrieval", "accuracy_null_only", "examples")}})
+    return 0
+
+
+def _train(args: argparse.Namespace, extra: list[str]) -> int:
+    _reject_extra(extra)
+    params = _pipeline_params(args)
+    stage = getattr(params, args.stage)
+    if args.steps is not None:
+        stage.steps = args.steps
+    if args.stage == "ict":
+        from realm.flows.ict_warm_start import ict_warm_start as stage_flow
+    elif args.stage == "pretrain":
+        from realm.flows.realm_pretrain import realm_pretrain as stage_flow
+    else:
+        from realm.flows.finetune_openqa import finetune_openqa as stage_flow
+
+        if args.qa:
+            stage.qa_train = args.qa
+    _print_json(stage_flow(params.run, stage))
+    return 0
+
+
+def _evaluate(args: argparse.Namespace, extra: list[str]) -> int:
+    _reject_extra(extra)
+    from realm.flows.evaluate import evaluate
+    from realm.flows.layout import RunLayout
+    from realm.flows.params import EvaluateParams, RunParams
+
+    preset = RunLayout.at(args.run).model_preset()
+    run = RunParams(output=args.run, device=args.device, **({"model_preset": preset} if preset else {}))
+    metrics = evaluate(run, EvaluateParams(qa=args.qa, num_read=args.num_read))
+    if args.json:
+        _print_json({d: {"em": m["em"], "recall_at_5": m["recall_at_5"], "n": m["n"]} for d, m in metrics.items()})
+    else:
+        for dataset, m in metrics.items():
+            print(f"{dataset:<10} n={m['n']:<5} EM {m['em']:.3f}  recall@1 {m['recall_at_1']:.3f}  "
+                  f"recall@5 {m['recall_at_5']:.3f}  recall@20 {m['recall_at_20']:.3f}")
+    return 0
+
+
+def _ask(args: argparse.Namespace, extra: list[str]) -> int:
+    _reject_extra(extra)
+    from realm.flows.layout import RunLayout
+    from realm.model.answering import Answerer
+    from realm.model.checkpoint import latest_checkpoint
+    from realm.model.config import ModelConfig
+    from realm.model.device import select_device
+    from realm.model.mips import latest_published
+
+    layout = RunLayout.at(args.run)
+    checkpoint, index = latest_checkpoint(layout.checkpoints("finetune")), latest_published(layout.index)
+    if checkpoint is None or index is None or layout.model_preset() is None:
+        raise SystemExit(f"{layout.root}: not a trained run (needs checkpoints/finetune, index/ and run.json)")
+    answerer = Answerer.from_checkpoint(
+        str(checkpoint), str(index), layout.blocks, ModelConfig.preset(layout.model_preset()), device=select_device(args.device)
+    )
+    (prediction,) = answerer.answer([args.question], num_read=args.num_read, num_retrieve=max(args.num_read, args.evidence))
+    print(f"answer: {prediction.answer}  (p = {prediction.probability:.3f})")
+    print("evidence:")
+    for rank, evidence in enumerate(prediction.evidence[: args.evidence], start=1):
+        excerpt = " ".join(evidence.text.split())[:200]
+        print(f"  {rank}. [{evidence.probability:.3f}] {evidence.title}: {excerpt}")
+    return 0
+
+
+def _reject_extra(extra: list[str]) -> None:
+    if extra:
+        raise SystemExit(f"unrecognised arguments: {' '.join(extra)}")
+
+
+def _add_run_options(parser: argparse.ArgumentParser, output_default: str | None) -> None:
+    parser.add_argument("--preset", choices=["tiny", "default"], default="default",
+                        help="tiny: minutes, 300 articles, random 2-layer model; default: ~1 hour, vital corpus")
+    parser.add_argument("--output", default=output_default, required=output_default is None, help="run root")
+    parser.add_argument("--device", help="torch device (default: CUDA when present, else CPU)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,6 +183,34 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("--knowledge_blocks", help="blocks/ of another run to filter trivial retrievals against")
     prepare.add_argument("--limit", type=int, help="read at most this many vital articles (quick runs)")
     prepare.set_defaults(handler=_prepare)
+
+    run = commands.add_parser("run", help="the whole chain end to end (Prefect flow realm-pipeline)",
+                              description="prepare -> ICT -> pre-train -> fine-tune -> evaluate; Beam flags pass through to prepare.")
+    _add_run_options(run, None)
+    run.set_defaults(handler=_run)
+
+    train = commands.add_parser("train", help="one training stage (Prefect flow)")
+    train.add_argument("stage", choices=["ict", "pretrain", "finetune"])
+    _add_run_options(train, None)
+    train.add_argument("--steps", type=int, help="override the preset's number of steps")
+    train.add_argument("--qa", nargs="+", help="finetune: Open-QA training files (default: the demo set)")
+    train.set_defaults(handler=_train)
+
+    evaluate = commands.add_parser("evaluate", help="exact match and recall@k of a trained run on QA files")
+    evaluate.add_argument("--run", required=True, help="run root")
+    evaluate.add_argument("--qa", nargs="+", required=True, help="JSONL / NQ-open JSONL / WebQuestions JSON / CuratedTrec TSV")
+    evaluate.add_argument("--json", action="store_true", help='end with one JSON line {"<dataset>": {"em", "recall_at_5", "n"}}')
+    evaluate.add_argument("--num_read", type=int, default=5)
+    evaluate.add_argument("--device")
+    evaluate.set_defaults(handler=_evaluate)
+
+    ask = commands.add_parser("ask", help="answer a question with a trained run, with its evidence")
+    ask.add_argument("--run", required=True, help="run root")
+    ask.add_argument("question")
+    ask.add_argument("--num_read", type=int, default=5)
+    ask.add_argument("--evidence", type=int, default=3, help="evidence blocks to show")
+    ask.add_argument("--device")
+    ask.set_defaults(handler=_ask)
     return parser
 
 

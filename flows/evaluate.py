@@ -1,0 +1,115 @@
+"""`realm-evaluate`: exact match and answer recall@1/5/20 per dataset, with the evidence kept.
+
+Exact match uses the standard normalisation (CuratedTrec answers are regular expressions);
+recall@k is the fraction of questions with an answer string in one of the top-k retrieved
+blocks. Every prediction is written to `<root>/predictions/<dataset>.parquet` with its
+retrieved block ids and p(z|x), and the per-dataset table is published to the Prefect UI.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from realm.flows.demo import demo_qa_path
+from realm.flows.layout import RunLayout
+from realm.flows.params import EvaluateParams, RunParams
+
+RECALL_AT = (1, 5, 20)
+
+
+def score_predictions(examples, predictions) -> tuple[dict[str, dict], dict[str, list[dict]]]:
+    """Per-dataset metrics and PREDICTIONS rows for `predictions` of `examples` (same order)."""
+    from realm.model.answer_metrics import answer_in_text, exact_match
+
+    rows: dict[str, list[dict]] = defaultdict(list)
+    hits: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    for example, prediction in zip(examples, predictions, strict=True):
+        em = exact_match(prediction.answer, example.answers, example.answer_type)
+        found = [answer_in_text(e.text, example.answers, example.answer_type) for e in prediction.evidence]
+        hits[example.dataset]["em"].append(em)
+        for k in RECALL_AT:
+            hits[example.dataset][f"recall_at_{k}"].append(any(found[:k]))
+        rows[example.dataset].append(
+            {
+                "dataset": example.dataset,
+                "question": example.question,
+                "answers": list(example.answers),
+                "prediction": prediction.answer,
+                "score": float(prediction.score),
+                "block_ids": [e.block_id for e in prediction.evidence],
+                "block_probs": [float(e.probability) for e in prediction.evidence],
+                "exact_match": em,
+            }
+        )
+    metrics = {
+        dataset: {name: sum(values) / len(values) for name, values in by_metric.items()} | {"n": len(by_metric["em"])}
+        for dataset, by_metric in hits.items()
+    }
+    return metrics, rows
+
+
+@task(name="realm-evaluate-qa", cache_policy=NO_CACHE)
+def evaluate_qa(
+    output: str, model_preset: str, qa_files: list[str], params: EvaluateParams, device: str | None,
+    checkpoint: str, index_path: str,
+) -> dict[str, dict]:
+    from realm.model.answering import Answerer
+    from realm.model.config import ModelConfig
+    from realm.model.device import select_device
+    from realm.model.qa_data import read_qa_file
+    from realm.schemas import PREDICTIONS, write_table
+
+    logger = get_run_logger()
+    layout = RunLayout.at(output)
+    answerer = Answerer.from_checkpoint(
+        checkpoint, index_path, layout.blocks, ModelConfig.preset(model_preset), device=select_device(device)
+    )
+    examples = [example for path in qa_files for example in read_qa_file(path)]
+    logger.info("answering %d questions from %s", len(examples), ", ".join(qa_files))
+    predictions = answerer.answer(
+        [e.question for e in examples], num_read=params.num_read, num_retrieve=max(params.num_retrieve, *RECALL_AT)
+    )
+    metrics, rows = score_predictions(examples, predictions)
+    for dataset, dataset_rows in rows.items():
+        path = write_table(str(layout.predictions / f"{dataset}.parquet"), dataset_rows, PREDICTIONS)
+        logger.info("%s: EM %.3f, recall@5 %.3f over %d questions -> %s", dataset, metrics[dataset]["em"],
+                    metrics[dataset]["recall_at_5"], metrics[dataset]["n"], path)
+    _publish(metrics, rows)
+    return metrics
+
+
+def _publish(metrics: dict[str, dict], rows: dict[str, list[dict]]) -> None:
+    create_table_artifact(
+        key="realm-eval-metrics",
+        table=[{"dataset": d, **{k: round(v, 4) if isinstance(v, float) else v for k, v in m.items()}} for d, m in metrics.items()],
+        description="exact match and answer recall@k per dataset",
+    )
+    lines = ["## Open-QA evaluation", "", "| dataset | n | EM | recall@1 | recall@5 | recall@20 |", "|---|---|---|---|---|---|"]
+    lines += [f"| {d} | {m['n']} | {m['em']:.3f} | {m['recall_at_1']:.3f} | {m['recall_at_5']:.3f} | {m['recall_at_20']:.3f} |"
+              for d, m in metrics.items()]
+    lines += ["", "### Sample predictions", "", "| dataset | question | prediction | gold | EM |", "|---|---|---|---|---|"]
+    for dataset_rows in rows.values():
+        lines += [f"| {r['dataset']} | {r['question']} | {r['prediction']} | {' / '.join(r['answers'][:3])} | {'yes' if r['exact_match'] else 'no'} |"
+                  for r in dataset_rows[:5]]
+    create_markdown_artifact(key="realm-eval-em", markdown="\n".join(lines), description="Open-QA exact match")
+
+
+@flow(name="realm-evaluate")
+def evaluate(run: RunParams = RunParams(), params: EvaluateParams = EvaluateParams(),
+             checkpoint: str | None = None, index_path: str | None = None) -> dict[str, dict]:
+    """Evaluate the run's latest fine-tuned checkpoint (or `checkpoint`) on `params.qa`."""
+    from realm.model.checkpoint import latest_checkpoint
+    from realm.model.mips import latest_published
+
+    layout = RunLayout.at(run.output)
+    checkpoint = checkpoint or latest_checkpoint(layout.checkpoints("finetune"))
+    index_path = index_path or latest_published(layout.index)
+    if checkpoint is None or index_path is None:
+        raise FileNotFoundError(f"{layout.root}: no fine-tuned checkpoint or published index to evaluate")
+    model_preset = layout.model_preset() or run.model_preset
+    qa_files = params.qa or [str(demo_qa_path())]
+    return evaluate_qa(str(layout.root), model_preset, qa_files, params, run.device, str(checkpoint), str(index_path))

@@ -1,0 +1,68 @@
+"""`realm-finetune-openqa`: train the query tower and the span reader on Open-QA pairs, index fixed.
+
+Starts from the run's latest pre-training checkpoint (or any checkpoint with a query tower,
+e.g. ICT's for the ORQA baseline) and reads the top 5 blocks of the fixed index published
+by pre-training. Training files: JSONL `{"question", "answers"}` (regex answers with
+`"answer_type": "regex"`), NQ-open JSONL, WebQuestions JSON, CuratedTrec TSV.
+"""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger, task
+
+from realm.flows.caching import cached_in_run
+from realm.flows.demo import demo_qa_path
+from realm.flows.layout import RunLayout
+from realm.flows.params import FinetuneParams, RunParams
+from realm.flows.reporting import TrainingReporter
+
+
+@task(name="realm-train-finetune")
+def train_finetune_stage(
+    output: str, model_preset: str, params: FinetuneParams, seed: int, device: str | None,
+    init_checkpoint: str, index_path: str,
+) -> dict:
+    from realm.model.config import ModelConfig
+    from realm.model.device import select_device
+    from realm.model.qa_data import read_qa_file
+    from realm.model.train_finetune import FinetuneConfig, train_finetune
+
+    layout = RunLayout.at(output)
+    files = params.qa_train or [str(demo_qa_path())]
+    examples = [example for path in files for example in read_qa_file(path)]
+    get_run_logger().info("fine-tuning on %d questions from %s (index %s)", len(examples), ", ".join(files), index_path)
+    reporter = TrainingReporter("finetune", layout.reports, params.steps)
+    result = train_finetune(
+        examples, layout.blocks, index_path, init_checkpoint, layout.checkpoints("finetune"),
+        ModelConfig.preset(model_preset),
+        FinetuneConfig(**params.model_dump(exclude={"qa_train"}), seed=seed),
+        progress=reporter, device=select_device(device),
+    )
+    reporter.publish_curves()
+    return {**result, "index": index_path, "init_checkpoint": init_checkpoint}
+
+
+@flow(name="realm-finetune-openqa")
+def finetune_openqa(
+    run: RunParams = RunParams(),
+    params: FinetuneParams = FinetuneParams(),
+    init_checkpoint: str | None = None,
+    index_path: str | None = None,
+) -> dict:
+    """Defaults: the run's latest pre-training checkpoint and its newest published index."""
+    from realm.model.checkpoint import latest_checkpoint
+    from realm.model.mips import latest_published
+
+    layout = RunLayout.at(run.output)
+    layout.record_model_preset(run.model_preset)
+    init_checkpoint = init_checkpoint or _required(latest_checkpoint(layout.checkpoints("pretrain")), "pre-training checkpoint")
+    index_path = index_path or _required(latest_published(layout.index), "published index")
+    return cached_in_run(train_finetune_stage, layout)(
+        str(layout.root), run.model_preset, params, run.seed, run.device, str(init_checkpoint), str(index_path)
+    )
+
+
+def _required(found, what: str) -> str:
+    if found is None:
+        raise FileNotFoundError(f"no {what} found in the run; run the earlier stages first or pass its path")
+    return str(found)

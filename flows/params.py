@@ -1,0 +1,103 @@
+"""Typed parameters of every flow: pydantic models, so the Prefect UI renders them as forms.
+
+Defaults are the `default` run preset: the full vital corpus through the chain in about an
+hour on a 2-core CPU (model preset `fast`: the first 2 layers of the local MiniLM BERT,
+bf16, no dropout, queries of 64 and blocks of 128 wordpieces; design §5b). `tiny` finishes
+in a few minutes on a few hundred blocks with a randomly initialised 2-layer model: it
+proves the plumbing, not the science.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+RunPreset = Literal["tiny", "default"]
+
+
+class RunParams(BaseModel):
+    output: str = Field("runs/demo", description="run root every artifact is written under")
+    model_preset: Literal["tiny", "fast", "default", "paper"] = Field(
+        "fast", description="realm.model.config preset (see its docstrings for the speed/fidelity trade)"
+    )
+    device: str | None = Field(None, description="torch device; default CUDA when present, else CPU")
+    seed: int = 0
+
+
+class PrepareParams(BaseModel):
+    corpus: str = Field("vital", description="vital | wikipedia-xml | wikiextractor | ccnews-jsonl | warc | documents")
+    input: str | None = Field(None, description="path or glob of the corpus files (not for vital)")
+    limit: int | None = Field(None, description="read at most this many vital articles")
+    beam_args: list[str] = Field(default_factory=list, description="extra Beam flags, e.g. --runner ...")
+
+
+class IctParams(BaseModel):
+    steps: int = 300
+    batch_size: int = 32
+    learning_rate: float = 1e-4
+    warmup_steps: int = 30
+    checkpoint_every: int = 100
+    log_every: int = 10
+    heldout_examples: int = 512
+    max_query_wordpieces: int = 64
+    max_block_wordpieces: int = 128
+
+
+class PretrainParams(BaseModel):
+    steps: int = 600
+    batch_size: int = 8
+    num_candidates: int = Field(8, description="k, the null document included")
+    learning_rate: float = 5e-5
+    warmup_steps: int = 50
+    checkpoint_every: int = 100
+    log_every: int = 10
+    refresh_every: int = Field(200, description="steps between asynchronous index refreshes")
+    heldout_examples: int = 256
+    max_query_wordpieces: int = 64
+    max_block_wordpieces: int = 128
+    cached_doc_embeddings: bool = Field(False, description="candidate vectors from the index, doc tower frozen")
+    random_spans: bool = Field(False, description="ablation: mask random spans instead of salient spans")
+
+
+class FinetuneParams(BaseModel):
+    qa_train: list[str] = Field(default_factory=list, description="Open-QA training files; empty: the demo set")
+    steps: int = 300
+    batch_size: int = 8
+    learning_rate: float = 5e-5
+    warmup_steps: int = 30
+    checkpoint_every: int = 100
+    log_every: int = 10
+    num_read: int = 5
+
+
+class EvaluateParams(BaseModel):
+    qa: list[str] = Field(default_factory=list, description="Open-QA files to evaluate; empty: the demo set")
+    num_read: int = 5
+    num_retrieve: int = 20
+
+
+class PipelineParams(BaseModel):
+    run: RunParams = Field(default_factory=RunParams)
+    prepare: PrepareParams = Field(default_factory=PrepareParams)
+    ict: IctParams = Field(default_factory=IctParams)
+    pretrain: PretrainParams = Field(default_factory=PretrainParams)
+    finetune: FinetuneParams = Field(default_factory=FinetuneParams)
+    evaluate: EvaluateParams = Field(default_factory=EvaluateParams)
+
+    @classmethod
+    def preset(cls, name: RunPreset, output: str | None = None) -> PipelineParams:
+        params = cls() if name == "default" else _tiny()
+        if output:
+            params.run.output = output
+        return params
+
+
+def _tiny() -> PipelineParams:
+    return PipelineParams(
+        run=RunParams(output="runs/tiny", model_preset="tiny"),
+        prepare=PrepareParams(limit=300),
+        ict=IctParams(steps=40, batch_size=16, warmup_steps=4, checkpoint_every=20, heldout_examples=64),
+        pretrain=PretrainParams(steps=30, batch_size=4, warmup_steps=3, checkpoint_every=10, refresh_every=10, heldout_examples=32),
+        finetune=FinetuneParams(steps=20, batch_size=4, warmup_steps=2, checkpoint_every=10),
+    )

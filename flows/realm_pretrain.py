@@ -1,0 +1,143 @@
+"""`realm-pretrain`: salient-span MLM over retrieved blocks, with the index refreshed asynchronously.
+
+The flow runs the training loop; every `refresh_every` steps it saves a snapshot of the doc
+tower and submits `refresh_index`, which re-embeds every block with that snapshot and
+publishes a new MIPS index (temp dir + rename) while training goes on. Each step the loop
+checks the refresh; once published, the trainer swaps the new index in and the staleness
+(steps between snapshot and swap) is logged. A killed run restarts from its last checkpoint
+and the newest *published* index; a half-written index is never opened.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from realm.flows.layout import RunLayout
+from realm.flows.params import PretrainParams, RunParams
+from realm.flows.reporting import TrainingReporter
+
+
+@task(name="realm-refresh-index", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
+def refresh_index(output: str, model_preset: str, snapshot_dir: str, snapshot_step: int, device: str | None) -> dict:
+    """Re-embed every block with the doc-tower snapshot and publish `index/<snapshot_step>/`."""
+    import time
+
+    from realm.model.config import ModelConfig
+    from realm.model.device import select_device
+    from realm.model.train_pretrain import refresh_index as build_and_publish
+
+    layout = RunLayout.at(output)
+    started = time.perf_counter()
+    path = build_and_publish(
+        layout.blocks, snapshot_dir, layout.embeddings, layout.index, snapshot_step,
+        ModelConfig.preset(model_preset), device=select_device(device),
+    )
+    seconds = time.perf_counter() - started
+    get_run_logger().info("published index %s (snapshot step %d) in %.1f s", path, snapshot_step, seconds)
+    return {"path": str(path), "snapshot_step": snapshot_step, "seconds": seconds}
+
+
+def _load_published(index_path: str):
+    from realm.model.mips import MipsIndex, read_manifest
+
+    return MipsIndex.load(index_path), int(read_manifest(index_path)["checkpoint_step"])
+
+
+@flow(name="realm-pretrain")
+def realm_pretrain(
+    run: RunParams = RunParams(), params: PretrainParams = PretrainParams(), init_retriever: str | None = None
+) -> dict:
+    """Pre-train from `init_retriever` (default: the run's latest ICT checkpoint)."""
+    from realm.model.checkpoint import latest_checkpoint
+    from realm.model.config import ModelConfig
+    from realm.model.device import select_device
+    from realm.model.mips import latest_published
+    from realm.model.refresh import IndexRefreshScheduler
+    from realm.model.train_pretrain import PretrainConfig, PretrainTrainer
+
+    logger = get_run_logger()
+    layout = RunLayout.at(run.output)
+    layout.record_model_preset(run.model_preset)
+    model_config = ModelConfig.preset(run.model_preset)
+    if init_retriever is None and (ict := latest_checkpoint(layout.checkpoints("ict"))) is not None:
+        init_retriever = str(ict)
+    trainer = PretrainTrainer(
+        layout.blocks, layout.pretrain_examples, layout.checkpoints("pretrain"), model_config,
+        PretrainConfig(**params.model_dump(exclude={"refresh_every"}), seed=run.seed),
+        init_retriever=init_retriever, device=select_device(run.device),
+    )
+    logger.info("pre-training from step %d to %d (retriever init: %s)", trainer.step, params.steps, init_retriever)
+
+    def refresh_now(step: int) -> dict:
+        snapshot = trainer.snapshot_doc_tower(str(layout.snapshots / str(step)))
+        return refresh_index(str(layout.root), run.model_preset, snapshot, step, run.device)
+
+    published = latest_published(layout.index)
+    if published is None:
+        refresh_now(trainer.step)
+        published = latest_published(layout.index)
+    index, snapshot_step = _load_published(str(published))
+    trainer.swap_index(index, snapshot_step)
+
+    scheduler = IndexRefreshScheduler(params.refresh_every)
+    reporter = TrainingReporter("pretrain", layout.reports, params.steps)
+    refreshes: list[dict] = []
+    pending = None
+    while trainer.step < params.steps:
+        if pending is None and trainer.step > 0 and scheduler.is_time_to_refresh(trainer.step):
+            snapshot = trainer.snapshot_doc_tower(str(layout.snapshots / str(trainer.step)))
+            scheduler.refresh_started(trainer.step)
+            pending = refresh_index.submit(str(layout.root), run.model_preset, snapshot, trainer.step, run.device)
+        if pending is not None and pending.state.is_final():
+            if not pending.state.is_completed():
+                scheduler.refresh_failed()
+                pending.result()  # raises the refresh's error: retries are spent, so fail loudly
+            refreshed = pending.result()
+            index, snapshot_step = _load_published(refreshed["path"])
+            staleness = trainer.swap_index(index, snapshot_step)
+            scheduler.refresh_swapped(trainer.step)
+            refreshes.append({**refreshed, "swapped_at_step": trainer.step, "staleness_steps": staleness})
+            logger.info("swapped in index from step %d at step %d (staleness %d steps)", snapshot_step, trainer.step, staleness)
+            pending = None
+        metrics = trainer.train_step()
+        if trainer.step % params.log_every == 0 or trainer.step == params.steps:
+            reporter({**metrics, "index_staleness_steps": trainer.step - (trainer.index_snapshot_step or 0)})
+        if trainer.step % params.checkpoint_every == 0:
+            trainer.save_checkpoint()
+    if pending is not None:
+        pending.wait()
+    checkpoint = trainer.save_checkpoint()
+
+    # Fine-tuning reads a fixed index built by the final doc tower.
+    final = latest_published(layout.index)
+    if final is None or int(Path(final).name) != trainer.step:
+        final = Path(refresh_now(trainer.step)["path"])
+    evaluation = trainer.evaluate_masked_spans()
+    reporter.publish_curves(("loss", "retrieval_entropy"))
+    _publish_summary(evaluation, refreshes)
+    logger.info(
+        "held-out masked-span accuracy: %.3f with retrieval vs %.3f with the null document alone (%d examples)",
+        evaluation["accuracy_with_retrieval"], evaluation["accuracy_null_only"], evaluation["examples"],
+    )
+    return {"checkpoint": str(checkpoint), "index": str(final), "step": trainer.step, **evaluation, "refreshes": refreshes}
+
+
+def _publish_summary(evaluation: dict, refreshes: list[dict]) -> None:
+    create_markdown_artifact(
+        key="realm-pretrain-heldout",
+        markdown="## REALM pre-training, held-out masked spans\n\n| | accuracy |\n|---|---|\n"
+        f"| with retrieval (top-k marginal) | {evaluation['accuracy_with_retrieval']:.3f} |\n"
+        f"| null document alone | {evaluation['accuracy_null_only']:.3f} |\n\n"
+        f"{evaluation['examples']} held-out examples, never trained on.",
+        description="masked-span accuracy with retrieval vs the null document alone",
+    )
+    if refreshes:
+        create_table_artifact(
+            key="realm-pretrain-refreshes",
+            table=[{k: r[k] for k in ("snapshot_step", "swapped_at_step", "staleness_steps", "seconds")} for r in refreshes],
+            description="asynchronous index refreshes: snapshot step, swap step, staleness, duration",
+        )
