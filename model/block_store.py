@@ -2,12 +2,13 @@
 
 Holds the `title_token_ids`/`body_token_ids` columns of `blocks/` as flat numpy arrays with
 offsets (Arrow's list layout), so a 13M-block corpus costs its token ids and not a Python
-object per block; ids resolve to rows through a sorted copy of the ids.
+object per block; ids resolve to rows through a sorted copy of the ids. Loaded `with_text`,
+it also keeps the `title` and `text` strings (as Arrow arrays) to show retrieved evidence.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -18,14 +19,18 @@ from realm.schemas.io import parquet_files
 
 # What the doc tower, the encoder and the reader need of a block.
 BLOCK_COLUMNS = ["block_id", "title_token_ids", "body_token_ids"]
-_BLOCK_COLUMNS_SCHEMA = pa.schema([BLOCKS.field(name) for name in BLOCK_COLUMNS])
+# What showing a block as evidence needs besides.
+BLOCK_TEXT_COLUMNS = ["title", "text"]
 
 
-def iter_block_batches(blocks_path: str, batch_rows: int = 4096) -> Iterator[pa.RecordBatch]:
-    """BLOCK_COLUMNS of a `blocks/` artifact, validated, as record batches."""
+def iter_block_batches(
+    blocks_path: str, batch_rows: int = 4096, columns: Sequence[str] = BLOCK_COLUMNS
+) -> Iterator[pa.RecordBatch]:
+    """`columns` of a `blocks/` artifact (only those are read), validated, as record batches."""
+    schema = pa.schema([BLOCKS.field(name) for name in columns])
     for file in parquet_files(blocks_path):
-        for batch in pq.ParquetFile(file).iter_batches(batch_size=batch_rows, columns=BLOCK_COLUMNS):
-            yield from validate_table(pa.Table.from_batches([batch]), _BLOCK_COLUMNS_SCHEMA, file).to_batches()
+        for batch in pq.ParquetFile(file).iter_batches(batch_size=batch_rows, columns=list(columns)):
+            yield from validate_table(pa.Table.from_batches([batch]), schema, file).to_batches()
 
 
 class _Lists:
@@ -41,7 +46,8 @@ class _Lists:
 
 
 class BlockStore:
-    """Title and body wordpieces of every block, by block id."""
+    """Title and body wordpieces of every block, by block id; title and text strings too when
+    the table has them."""
 
     def __init__(self, blocks: pa.Table):
         self.block_ids = blocks["block_id"].to_numpy()
@@ -49,10 +55,14 @@ class BlockStore:
         self._sorted_ids = self.block_ids[self._order]
         self._titles = _Lists(blocks["title_token_ids"])
         self._bodies = _Lists(blocks["body_token_ids"])
+        has_text = set(BLOCK_TEXT_COLUMNS) <= set(blocks.column_names)
+        self._strings = {name: blocks[name] for name in BLOCK_TEXT_COLUMNS} if has_text else None
 
     @classmethod
-    def from_parquet(cls, blocks_path: str) -> BlockStore:
-        return cls(pa.Table.from_batches(list(iter_block_batches(blocks_path))).select(BLOCK_COLUMNS))
+    def from_parquet(cls, blocks_path: str, with_text: bool = False) -> BlockStore:
+        """Training needs only the wordpieces; `with_text` also loads `title` and `text`."""
+        columns = BLOCK_COLUMNS + (BLOCK_TEXT_COLUMNS if with_text else [])
+        return cls(pa.Table.from_batches(list(iter_block_batches(blocks_path, columns=columns))))
 
     def _row(self, block_id: int) -> int:
         position = int(np.searchsorted(self._sorted_ids, block_id))
@@ -65,3 +75,14 @@ class BlockStore:
 
     def body_ids(self, block_id: int) -> list[int]:
         return self._bodies.row(self._row(block_id))
+
+    def title(self, block_id: int) -> str:
+        return self._string("title", block_id)
+
+    def text(self, block_id: int) -> str:
+        return self._string("text", block_id)
+
+    def _string(self, column: str, block_id: int) -> str:
+        if self._strings is None:
+            raise ValueError("this BlockStore holds no title/text; load it with from_parquet(..., with_text=True)")
+        return self._strings[column][self._row(block_id)].as_py()

@@ -4,7 +4,8 @@ The pieces are separate so the trainer (and `bench/pretrain_step.py`) can time a
 them: `retrieve` (query tower + MIPS + candidate assembly), `candidate_embeddings` (doc
 tower over the candidates, "full"; or their vectors from the index, "cached" with the doc
 tower frozen), `encoder_log_likelihood` (the knowledge-augmented encoder over every
-candidate), then `pretrain_loss`. Run the forward under `device.autocast` for bf16.
+candidate; `encoder_log_probs` also keeps its vocabulary distributions for predictions),
+then `pretrain_loss`. Run the forward under `device.autocast` for bf16.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 
 from realm.model.block_store import BlockStore
 from realm.model.candidates import Candidates, assemble_candidates, mips_fetch_size
-from realm.model.encoder import KnowledgeAugmentedEncoder
+from realm.model.encoder import KnowledgeAugmentedEncoder, masked_target_log_likelihood
 from realm.model.inputs import (
     BertInputs,
     block_sequence,
@@ -176,14 +177,17 @@ def candidate_embeddings(
     return table[torch.from_numpy(rows).to(device)]  # [batch, k, d]
 
 
-def _forward_length_sorted(
-    sequences: list[tuple[list[int], list[int]]], forward, pad_id: int
-) -> torch.Tensor:
-    """`forward(padded inputs, their row indices) -> [rows, ...]` over length-sorted micro-batches;
-    the results come back concatenated in the order of `sequences`."""
+def _forward_length_sorted(sequences: list[tuple[list[int], list[int]]], forward, pad_id: int):
+    """`forward(padded inputs, their row indices) -> [rows, ...]` (or a tuple of such tensors)
+    over length-sorted micro-batches; the results come back concatenated in the order of
+    `sequences`."""
     groups = length_sorted_groups([len(ids) for ids, _ in sequences], MICRO_BATCH)
-    outputs = torch.cat([forward(pad_batch([sequences[r] for r in rows], pad_id), rows) for rows in groups])
-    return outputs[torch.from_numpy(np.argsort(np.concatenate(groups))).to(outputs.device)]
+    outputs = [forward(pad_batch([sequences[r] for r in rows], pad_id), rows) for rows in groups]
+    order = torch.from_numpy(np.argsort(np.concatenate(groups)))
+    if isinstance(outputs[0], tuple):
+        return tuple(torch.cat(parts)[order.to(parts[0].device)] for parts in zip(*outputs))
+    joined = torch.cat(outputs)
+    return joined[order.to(joined.device)]
 
 
 def retrieval_logits(query_embeddings: torch.Tensor, doc_embeddings: torch.Tensor, candidates: Candidates) -> torch.Tensor:
@@ -205,6 +209,24 @@ def encoder_log_likelihood(
     Joint inputs are `[CLS] masked x [SEP] z_body [SEP]` (`[CLS] x [SEP] [SEP]` for the null
     document and padding), run in length-sorted micro-batches.
     """
+    return _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, keep_log_probs=False)
+
+
+def encoder_log_probs(
+    encoder: KnowledgeAugmentedEncoder,
+    tokenizer: WordPieceTokenizer,
+    blocks: BlockStore,
+    batch: PretrainBatch,
+    candidates: Candidates,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log p(y|z,x) [batch, k] as `encoder_log_likelihood`, and log p(v|z,x) over the whole
+    vocabulary at each masked slot [batch, k, max_masks, vocab] float32, detached, 0 at unused
+    slots) from one forward: the second gives argmax predictions (MLM accuracy) for free."""
+    return _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, keep_log_probs=True)
+
+
+def _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, keep_log_probs: bool):
     size, k = candidates.block_ids.shape
     real = _real_slots(candidates)
     sequences = [
@@ -218,16 +240,22 @@ def encoder_log_likelihood(
     ]
     example = np.repeat(np.arange(size), k)  # [batch * k] example of each sequence
 
-    def forward(inputs: BertInputs, rows: np.ndarray) -> torch.Tensor:
+    def forward(inputs: BertInputs, rows: np.ndarray):
         of_example = torch.from_numpy(example[rows])
-        return encoder.masked_log_likelihood(
-            inputs.to(device),
-            batch.mlm_positions[of_example].to(device),
-            batch.mlm_targets[of_example].to(device),
-            batch.mlm_mask[of_example].to(device),
-        )
+        mlm_mask = batch.mlm_mask[of_example].to(device)  # [rows, max_masks]
+        log_probs = encoder.masked_log_probs(inputs.to(device), batch.mlm_positions[of_example].to(device), mlm_mask)
+        log_likelihood = masked_target_log_likelihood(log_probs, batch.mlm_targets[of_example].to(device), mlm_mask)
+        if not keep_log_probs:
+            return log_likelihood  # [rows]
+        per_slot = log_probs.new_zeros(*mlm_mask.shape, log_probs.shape[1])  # [rows, max_masks, vocab]
+        per_slot[mlm_mask] = log_probs.detach()  # nonzero() order is the boolean-index order
+        return log_likelihood, per_slot
 
-    return _forward_length_sorted(sequences, forward, tokenizer.pad_id).view(size, k)
+    outputs = _forward_length_sorted(sequences, forward, tokenizer.pad_id)
+    if not keep_log_probs:
+        return outputs.view(size, k)
+    log_likelihood, per_slot = outputs
+    return log_likelihood.view(size, k), per_slot.view(size, k, *per_slot.shape[1:])
 
 
 def pretrain_loss(retrieval_logits: torch.Tensor, log_p_y_given_z: torch.Tensor) -> torch.Tensor:

@@ -68,6 +68,10 @@ class SpanTable:
     valid: torch.Tensor  # [n, spans] False where the span runs past the body's end
     max_span: int
 
+    def to(self, device: torch.device) -> SpanTable:
+        """On the device of the reader's hidden states, which `Reader.span_logits` gathers from."""
+        return SpanTable(self.starts.to(device), self.ends.to(device), self.valid.to(device), self.max_span)
+
     def index(self, start: int, end: int) -> int:
         """Span index of the body-relative span (start, end)."""
         return start * self.max_span + (end - start)

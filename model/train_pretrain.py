@@ -1,0 +1,416 @@
+"""REALM pre-training (Guu et al. 2020, §3): salient-span MLM marginalised over retrieved blocks,
+with a MIPS index that is rebuilt from snapshots of the doc tower and swapped in while training runs.
+
+`PretrainTrainer` owns the three components (query tower, doc tower, knowledge-augmented
+encoder), the optimizer and the index in use; one `train_step` masks one salient span per
+example, retrieves top-k with the null document first and trivial retrievals excluded,
+rescores the candidates with the current θ and minimises −log Σ_z p(y|z,x) p(z|x)
+(`realm.model.pretrain`). The index lives outside the step: `refresh_index` re-embeds the
+corpus with a saved doc-tower snapshot and publishes `index/<snapshot step>/`, safe in a
+background thread; `swap_index` puts a published index into use between steps.
+
+The driving loop belongs to the Prefect flow (`realm.flows.realm_pretrain`):
+
+    trainer = PretrainTrainer(blocks, examples, checkpoints, model_config, config, init_retriever=ict_ckpt)
+    attach_index(trainer, index_root, embeddings_root, snapshot_root)   # before the first step
+    while trainer.step < config.steps:
+        when an IndexRefreshScheduler says so: snapshot = trainer.snapshot_doc_tower(...), then
+            submit refresh_index(blocks, snapshot, ..., snapshot_step=trainer.step, max_block_wordpieces=...)
+        when a refresh has published: trainer.swap_index(MipsIndex.load(path), its snapshot step)
+        trainer.train_step(); trainer.save_checkpoint() / evaluate_masked_spans() as scheduled
+
+`attach_index` gives the first index: on resume the one the checkpoint was using (exact
+resume), on a fresh run one built synchronously from the initial doc tower (`index/0/`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from realm.model.block_store import BlockStore, iter_block_batches
+from realm.model.checkpoint import load_components, save_checkpoint
+from realm.model.config import ModelConfig, build_component
+from realm.model.device import autocast, select_device
+from realm.model.embed_corpus import embed_blocks, load_embeddings
+from realm.model.encoder import KnowledgeAugmentedEncoder
+from realm.model.marginal import LOG_ZERO
+from realm.model.mips import IndexConfig, MipsIndex
+from realm.model.pretrain import (
+    PretrainBatch,
+    candidate_embeddings,
+    encoder_log_probs,
+    make_pretrain_batch,
+    pretrain_loss,
+    retrieval_logits,
+    retrieve,
+)
+from realm.model.retriever import Embedder, Retriever
+from realm.model.tokenization import BLOCK_SPECIAL_TOKENS, MAX_BLOCK_WORDPIECES, MAX_PRETRAIN_QUERY_WORDPIECES
+from realm.model.training import (
+    Progress,
+    batch_rows,
+    build_optimizer,
+    build_scheduler,
+    heldout_split,
+    latest_resume_point,
+    seed_everything,
+    set_transformers_verbosity_error,
+)
+from realm.schemas import PRETRAIN_EXAMPLES, read_table
+
+log = logging.getLogger(__name__)
+
+EXAMPLE_COLUMNS = ["example_id", "origin_block_id", "forbidden_block_ids", "token_ids", "masked_token_positions"]
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """`learning_rate` 5e-5: the paper's 3e-5 is for batch 512 over 200k steps from a trained
+    BERT MLM head; here batches are small, runs are a few thousand steps, and the `default` /
+    `fast` encoders start with a freshly initialised MLM head (MiniLM ships none), so the top
+    of BERT's fine-tuning range, with warmup, to move that head in the steps there are.
+    `cached_doc_embeddings`: candidates' vectors come from the index and the doc tower is
+    frozen (design §5b "cached", ~1.7x faster steps). `random_spans`: ablation, mask a random
+    span (seeded by example id) instead of the salient one. `max_block_wordpieces` < 288 cuts
+    every block's body (in the index too, see `refresh_index`) for speed."""
+
+    steps: int = 1000
+    batch_size: int = 8
+    num_candidates: int = 8
+    learning_rate: float = 5e-5
+    warmup_steps: int = 100
+    checkpoint_every: int = 100
+    log_every: int = 10
+    heldout_examples: int = 256
+    seed: int = 0
+    max_query_wordpieces: int = MAX_PRETRAIN_QUERY_WORDPIECES
+    max_block_wordpieces: int = MAX_BLOCK_WORDPIECES
+    cached_doc_embeddings: bool = False
+    random_spans: bool = False
+
+
+def _cut_lists(column: pa.Array, budgets: np.ndarray) -> pa.Array:
+    """Row i of a list<int32> column cut to its first budgets[i] values, without a Python
+    object per row (the layout is values + offsets)."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offsets = column.offsets.to_numpy()
+    lengths = np.diff(offsets)
+    kept = np.minimum(lengths, np.maximum(budgets, 0))  # [rows]
+    position = np.arange(offsets[-1] - offsets[0]) - np.repeat(offsets[:-1] - offsets[0], lengths)  # within its row
+    values = column.values.to_numpy()[offsets[0] : offsets[-1]][position < np.repeat(kept, lengths)]
+    new_offsets = np.concatenate([[0], np.cumsum(kept)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(new_offsets), pa.array(values, pa.int32()))
+
+
+def fit_block_batch(batch: pa.RecordBatch, max_block_wordpieces: int) -> pa.RecordBatch:
+    """Blocks cut so `[CLS] title [SEP] body [SEP]` <= max_block_wordpieces, as `join` cuts a
+    pair: the title keeps up to max − 3 wordpieces, the body what is left."""
+    if max_block_wordpieces >= MAX_BLOCK_WORDPIECES:
+        return batch  # blocks/ already holds <= 288 (the schema's invariant)
+    budget = max_block_wordpieces - BLOCK_SPECIAL_TOKENS
+    titles = _cut_lists(batch["title_token_ids"], np.full(batch.num_rows, budget))
+    bodies = _cut_lists(batch["body_token_ids"], budget - np.diff(titles.offsets.to_numpy()))
+    columns = {name: batch[name] for name in batch.schema.names}
+    columns.update(title_token_ids=titles, body_token_ids=bodies)
+    return pa.RecordBatch.from_arrays(list(columns.values()), schema=batch.schema)
+
+
+def _fitted_block_batches(blocks_path: str, max_block_wordpieces: int):
+    return (fit_block_batch(batch, max_block_wordpieces) for batch in iter_block_batches(blocks_path))
+
+
+def refresh_index(
+    blocks_path: str,
+    doc_embedder_dir: str,
+    embeddings_root: str,
+    index_root: str,
+    snapshot_step: int,
+    model_config: ModelConfig,
+    device: torch.device | None = None,
+    max_block_wordpieces: int = MAX_BLOCK_WORDPIECES,
+    keep: int | None = 3,
+) -> str:
+    """Re-embed every block with the doc tower saved in `doc_embedder_dir` into
+    `<embeddings_root>/<snapshot_step>/`, build the MIPS index (`IndexConfig.for_corpus`) and
+    publish it atomically as `<index_root>/<snapshot_step>/`; returns that path.
+
+    Loads its own copy of the tower and touches nothing of the trainer's, so it may run in a
+    background thread while `train_step` runs in the main one. `max_block_wordpieces` must be
+    the trainer's, so the index embeds the blocks the trainer re-embeds.
+    """
+    device = device or select_device()
+    doc_embedder = Embedder.from_pretrained(doc_embedder_dir).to(device)
+    embeddings_dir = str(Path(embeddings_root) / str(snapshot_step))
+    stats = embed_blocks(
+        doc_embedder,
+        model_config.tokenizer(),
+        _fitted_block_batches(blocks_path, max_block_wordpieces),
+        embeddings_dir,
+        snapshot_step,
+        device=device,
+        cpu_bf16_autocast=model_config.cpu_bf16_autocast,
+    )
+    block_ids, vectors = load_embeddings(embeddings_dir)
+    index = MipsIndex.build(vectors, block_ids, IndexConfig.for_corpus(len(block_ids)))
+    published = index.save(index_root, snapshot_step, keep)
+    log.info(
+        "index of step %d: %d blocks embedded in %.0f s, published %s",
+        snapshot_step, stats.num_blocks, stats.seconds, published,
+    )
+    return str(published)
+
+
+@dataclass(frozen=True)
+class _StepOutputs:
+    loss: torch.Tensor  # [] with graph
+    log_p_z_given_x: torch.Tensor  # [batch, k] detached
+    predictions: torch.Tensor  # [batch, max_masks] argmax of the per-position marginal
+    null_predictions: torch.Tensor  # [batch, max_masks] argmax with the null document alone
+
+
+def span_correct(predictions: torch.Tensor, batch: PretrainBatch) -> torch.Tensor:
+    """[batch] bool: every masked wordpiece of the example predicted exactly."""
+    wrong = (predictions.cpu() != batch.mlm_targets) & batch.mlm_mask
+    return ~wrong.any(dim=1)
+
+
+def marginal_predictions(log_p_z_given_x: torch.Tensor, vocab_log_probs: torch.Tensor) -> torch.Tensor:
+    """argmax_v Σ_z p(z|x) p(v|z,x) at each masked slot: log_p_z_given_x [batch, k],
+    vocab_log_probs [batch, k, max_masks, vocab] -> [batch, max_masks]. Per position, like
+    the MLM objective itself (which factorises over the masked wordpieces given z)."""
+    marginal = torch.logsumexp(log_p_z_given_x[:, :, None, None] + vocab_log_probs, dim=1)  # [batch, max_masks, vocab]
+    return marginal.argmax(dim=-1)
+
+
+class PretrainTrainer:
+    """REALM pre-training state and step; see the module docstring for the driving loop.
+
+    Resumes from the newest checkpoint under `checkpoint_root` (components, optimizer,
+    scheduler, RNG, and in `extra` the index snapshot step in use); otherwise the towers come
+    from `init_retriever` (an ICT checkpoint dir) or fresh from `model_config`, and the
+    encoder fresh (BERT warm start). The batch of step s is a function of (seed, s).
+    """
+
+    def __init__(
+        self,
+        blocks_path: str,
+        examples_path: str,
+        checkpoint_root: str,
+        model_config: ModelConfig,
+        config: PretrainConfig,
+        init_retriever: str | None = None,
+        device: torch.device | None = None,
+    ):
+        set_transformers_verbosity_error()
+        self.blocks_path, self.checkpoint_root = blocks_path, checkpoint_root
+        self.model_config, self.config = model_config, config
+        self.device = device or select_device()
+        self.tokenizer = model_config.tokenizer()
+        self.blocks = BlockStore(
+            pa.Table.from_batches(list(_fitted_block_batches(blocks_path, config.max_block_wordpieces)))
+        )
+        self.examples = read_table(examples_path, PRETRAIN_EXAMPLES, columns=EXAMPLE_COLUMNS).to_pylist()
+        self.train_rows, self.heldout_rows = heldout_split(len(self.examples), config.heldout_examples, config.seed)
+
+        seed_everything(config.seed)
+        resume = latest_resume_point(checkpoint_root, self.device)
+        components = resume.components if resume else self._fresh_components(init_retriever)
+        self.retriever = Retriever(
+            components["query_embedder"], components["doc_embedder"], freeze_doc_tower=config.cached_doc_embeddings
+        ).to(self.device)
+        self.encoder: KnowledgeAugmentedEncoder = components["encoder"].to(self.device)
+        modules = [self.retriever.query_embedder, self.retriever.doc_embedder, self.encoder]
+        self.optimizer = build_optimizer(modules, config.learning_rate)
+        self.scheduler = build_scheduler(self.optimizer, config.warmup_steps, config.steps)
+        state = resume.restore(self.optimizer, self.scheduler) if resume else None
+        extra = state.extra if state else {}
+        self.step: int = state.step if state else 0
+        self.index_snapshot_step: int | None = extra.get("index_snapshot_step")
+        self.last_checkpoint: str | None = str(resume.checkpoint) if resume else None
+        self._index: MipsIndex | None = None
+        self._index_lock = threading.Lock()
+        self.meter = Progress(config.steps, start_step=self.step)
+        log.info(
+            "pre-training: %d blocks, %d training / %d held-out examples, from step %d",
+            len(self.blocks.block_ids), len(self.train_rows), len(self.heldout_rows), self.step,
+        )
+
+    def _fresh_components(self, init_retriever: str | None) -> dict:
+        if init_retriever is not None:
+            towers = load_components(init_retriever)
+            missing = {"query_embedder", "doc_embedder"} - set(towers)
+            if missing:
+                raise ValueError(f"{init_retriever}: retriever checkpoint has no {sorted(missing)}")
+        else:
+            towers = {name: build_component(Embedder, self.model_config) for name in ("query_embedder", "doc_embedder")}
+        return {
+            "query_embedder": towers["query_embedder"],
+            "doc_embedder": towers["doc_embedder"],
+            "encoder": build_component(KnowledgeAugmentedEncoder, self.model_config),
+        }
+
+    # -- the index -------------------------------------------------------------------------
+
+    def snapshot_doc_tower(self, directory: str) -> str:
+        """Save the current doc tower (`save_pretrained`) for `refresh_index`; call between steps."""
+        self.retriever.doc_embedder.save_pretrained(directory)
+        return str(directory)
+
+    def swap_index(self, index: MipsIndex, snapshot_step: int) -> int:
+        """Put `index` (built from the doc tower of `snapshot_step`) into use from the next step
+        on; returns its staleness, `step − snapshot_step`. Thread-safe against `train_step`,
+        which reads the index once at its start."""
+        if index.dim != self.model_config.retrieval_dim:
+            raise ValueError(f"index has dim {index.dim}, the towers embed in {self.model_config.retrieval_dim}")
+        with self._index_lock:
+            self._index, self.index_snapshot_step = index, snapshot_step
+        staleness = self.step - snapshot_step
+        log.info("step %d: swapped in the index of step %d (staleness %d)", self.step, snapshot_step, staleness)
+        return staleness
+
+    def _index_in_use(self) -> MipsIndex:
+        with self._index_lock:
+            if self._index is None:
+                raise RuntimeError("no index in use: call swap_index (or attach_index) before training")
+            return self._index
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def _batch(self, rows: np.ndarray) -> PretrainBatch:
+        examples = [self.examples[row] for row in rows]
+        if self.config.random_spans:
+            examples = [{**example, "masked_token_positions": []} for example in examples]
+        return make_pretrain_batch(self.tokenizer, examples, self.config.max_query_wordpieces)
+
+    def _forward(self, index: MipsIndex, batch: PretrainBatch) -> _StepOutputs:
+        """The REALM forward: retrieve, rescore candidates with the current θ, read every
+        candidate, marginalise (bf16 autocast where configured, loss in float32)."""
+        with autocast(self.device, self.model_config.cpu_bf16_autocast):
+            query_embeddings, candidates = retrieve(
+                self.retriever, index, batch, self.config.num_candidates, self.device
+            )  # [batch, d], [batch, k]
+            cached = index if self.config.cached_doc_embeddings else None
+            doc_embeddings = candidate_embeddings(
+                self.retriever, self.tokenizer, self.blocks, candidates, self.device, cached
+            )  # [batch, k, d]
+            logits = retrieval_logits(query_embeddings, doc_embeddings, candidates)  # [batch, k]
+            log_p_y_given_z, vocab_log_probs = encoder_log_probs(
+                self.encoder, self.tokenizer, self.blocks, batch, candidates, self.device
+            )  # [batch, k], [batch, k, max_masks, vocab]
+        log_p_z_given_x = torch.log_softmax(logits.detach(), dim=-1)  # [batch, k]
+        return _StepOutputs(
+            loss=pretrain_loss(logits, log_p_y_given_z),
+            log_p_z_given_x=log_p_z_given_x,
+            predictions=marginal_predictions(log_p_z_given_x, vocab_log_probs),
+            null_predictions=vocab_log_probs[:, 0].argmax(dim=-1),  # column 0: the null document
+        )
+
+    def _train_mode(self, training: bool) -> None:
+        # A frozen doc tower only embeds the null document; without dropout that is one fixed vector.
+        self.retriever.query_embedder.train(training)
+        self.retriever.doc_embedder.train(training and not self.config.cached_doc_embeddings)
+        self.encoder.train(training)
+
+    def train_step(self) -> dict:
+        """One optimizer step on batch `step`. Returns `Progress.update`'s dict with:
+        loss; mlm_accuracy, the fraction of the batch's masked spans predicted exactly by the
+        argmax of the per-position marginal Σ_z p(z|x) p(v|z,x) (train mode, before the
+        update); retrieval_entropy, the mean entropy (nats) of p(z|x) over the candidates
+        (null included, padding has p = 0; at most log k); null_document_probability, the
+        mean p(null|x); num_random_spans; learning_rate; index_snapshot_step and index_age."""
+        index = self._index_in_use()
+        batch = self._batch(batch_rows(self.train_rows, self.config.batch_size, self.config.seed, self.step))
+        self._train_mode(True)
+        outputs = self._forward(index, batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        outputs.loss.backward()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        loss = outputs.loss.item()
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"pre-training loss is {loss} at step {self.step}")
+        p_z = outputs.log_p_z_given_x.exp()  # [batch, k]
+        entropy = -(p_z * outputs.log_p_z_given_x.clamp(min=LOG_ZERO)).sum(dim=1)  # padding: 0 · LOG_ZERO = 0
+        return self.meter.update(
+            self.step,
+            loss=loss,
+            mlm_accuracy=span_correct(outputs.predictions, batch).float().mean().item(),
+            retrieval_entropy=entropy.mean().item(),
+            null_document_probability=p_z[:, 0].mean().item(),
+            num_random_spans=batch.num_random_spans,
+            learning_rate=self.scheduler.get_last_lr()[0],
+            index_snapshot_step=self.index_snapshot_step,
+            index_age=self.step - self.index_snapshot_step,
+        )
+
+    @torch.no_grad()
+    def evaluate_masked_spans(self) -> dict:
+        """Exact-span accuracy on the held-out examples (never trained on), eval mode:
+        `accuracy_with_retrieval` predicts each masked wordpiece by the argmax of the
+        per-position marginal Σ_z p(z|x) p(v|z,x) over the k candidates (null included);
+        `accuracy_null_only` by the encoder reading `[CLS] x [SEP] [SEP]` alone. A span counts
+        only if all its wordpieces are right. Draws no random numbers, so it never changes
+        what the next training step does."""
+        index = self._index_in_use()
+        self._train_mode(False)
+        with_retrieval = null_only = 0
+        try:
+            for start in range(0, len(self.heldout_rows), self.config.batch_size):
+                batch = self._batch(self.heldout_rows[start : start + self.config.batch_size])
+                outputs = self._forward(index, batch)
+                with_retrieval += span_correct(outputs.predictions, batch).sum().item()
+                null_only += span_correct(outputs.null_predictions, batch).sum().item()
+        finally:
+            self._train_mode(True)
+        examples = len(self.heldout_rows)
+        return {
+            "accuracy_with_retrieval": with_retrieval / examples,
+            "accuracy_null_only": null_only / examples,
+            "examples": examples,
+        }
+
+    def save_checkpoint(self) -> str:
+        """Publish `checkpoints/<step>/` with all three components, optimizer, scheduler, RNG
+        and the index snapshot step in use."""
+        components = {
+            "query_embedder": self.retriever.query_embedder,
+            "doc_embedder": self.retriever.doc_embedder,
+            "encoder": self.encoder,
+        }
+        extra = {"index_snapshot_step": self.index_snapshot_step}
+        published = save_checkpoint(
+            self.checkpoint_root, self.step, components, self.optimizer, self.scheduler, extra=extra
+        )
+        self.last_checkpoint = str(published)
+        return self.last_checkpoint
+
+
+def attach_index(trainer: PretrainTrainer, index_root: str, embeddings_root: str, snapshot_root: str) -> str:
+    """Give `trainer` its first index: on resume, the published `<index_root>/<snapshot step>/`
+    it was training against (so the resumed run retrieves what the uninterrupted one would);
+    on a fresh run, or if that index is gone, one built now from its current doc tower.
+    Returns the published index path."""
+    if trainer.index_snapshot_step is not None:
+        published = Path(index_root) / str(trainer.index_snapshot_step)
+        if published.is_dir():
+            index = MipsIndex.load(published, trainer.model_config.retrieval_dim)
+            trainer.swap_index(index, trainer.index_snapshot_step)
+            return str(published)
+        log.warning("%s is gone; rebuilding the index from the doc tower of step %d", published, trainer.step)
+    snapshot = trainer.snapshot_doc_tower(str(Path(snapshot_root) / str(trainer.step)))
+    published = refresh_index(
+        trainer.blocks_path, snapshot, embeddings_root, index_root, trainer.step, trainer.model_config,
+        trainer.device, trainer.config.max_block_wordpieces,
+    )
+    trainer.swap_index(MipsIndex.load(published, trainer.model_config.retrieval_dim), trainer.step)
+    return published
+

@@ -1,0 +1,131 @@
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from realm.model.answering import Answerer, Evidence, answer_rank
+from realm.model.block_store import BlockStore
+from realm.model.checkpoint import save_checkpoint
+from realm.model.config import build_component
+from realm.model.embed_corpus import embed_window
+from realm.model.inputs import pad_batch
+from realm.model.mips import BruteForceIndex, MipsIndex
+from realm.model.reader import build_reader, reader_inputs, span_log_probs, span_text
+from realm.model.retriever import Embedder
+from realm.model.tokenization import join
+from realm.schemas import BLOCKS, write_table
+from tests.model.corpus_fixture import CORPUS
+
+CPU = torch.device("cpu")
+QUESTIONS = [
+    "What is the capital of France?",
+    "Who wrote the first algorithm for the Analytical Engine?",
+    "Which river flows north into the Mediterranean Sea?",
+]
+
+
+def write_qa_corpus(root: Path, tokenizer, blocks_table, model_config) -> tuple[str, str]:
+    """(blocks/ artifact, published index/0/) of the test corpus, embedded by a fresh tiny doc
+    tower. The fine-tuning tests build theirs with this too."""
+    write_table(str(root / "blocks" / "part-0.parquet"), blocks_table, BLOCKS)
+    torch.manual_seed(1)
+    doc_embedder = build_component(Embedder, model_config).eval()
+    vectors = embed_window(doc_embedder, tokenizer, blocks_table, 4, CPU, False)
+    index_path = MipsIndex.build(vectors, blocks_table["block_id"].to_numpy()).save(root / "index", 0)
+    return str(root / "blocks"), str(index_path)
+
+
+@pytest.fixture(scope="module")
+def qa_corpus(tmp_path_factory, tokenizer, blocks_table, tiny_config) -> tuple[str, str]:
+    return write_qa_corpus(tmp_path_factory.mktemp("qa"), tokenizer, blocks_table, tiny_config)
+
+
+@pytest.fixture
+def models(tiny_config):
+    return build_component(Embedder, tiny_config).eval(), build_reader(tiny_config).eval()
+
+
+@pytest.fixture
+def answerer(models, qa_corpus, tokenizer, tiny_config) -> Answerer:
+    blocks_path, index_path = qa_corpus
+    blocks = BlockStore.from_parquet(blocks_path, with_text=True)
+    return Answerer(*models, MipsIndex.load(index_path), blocks, tokenizer, tiny_config, CPU)
+
+
+def _spans_of(tokenizer, body_ids, max_span=10) -> set[str]:
+    return {
+        span_text(tokenizer, body_ids, start, end)
+        for start in range(len(body_ids))
+        for end in range(start, min(start + max_span, len(body_ids)))
+    }
+
+
+def test_evidence_is_the_mips_top_k_with_probabilities_summing_to_one(answerer, tokenizer):
+    predictions = answerer.answer(QUESTIONS, num_read=3, num_retrieve=6, batch_size=2)
+    queries = pad_batch([join(tokenizer, tokenizer.encode(q)) for q in QUESTIONS], tokenizer.pad_id)
+    with torch.no_grad():
+        query_embeddings = answerer.query_embedder(**queries.as_kwargs()).numpy()
+    oracle = BruteForceIndex(np.asarray(answerer.index.vectors), answerer.index.block_ids)
+    _, oracle_ids = oracle.search(query_embeddings, 6)
+    texts = {block_id: (title, text) for block_id, title, text in CORPUS}
+
+    assert [p.question for p in predictions] == QUESTIONS
+    for prediction, expected_ids in zip(predictions, oracle_ids):
+        assert prediction.retrieved_block_ids == expected_ids.tolist()
+        probabilities = [e.probability for e in prediction.evidence]
+        assert sum(probabilities) == pytest.approx(1.0, abs=1e-5)
+        assert probabilities == sorted(probabilities, reverse=True)  # best first
+        assert all((e.title, e.text) == texts[e.block_id] for e in prediction.evidence)
+
+
+def test_answer_is_the_best_span_of_the_read_blocks_scored_one_block_at_a_time(answerer, tokenizer):
+    """Brute force: each read block through the reader alone (no batching, no padding);
+    the answer is the argmax of log p(z|x) + log p(span|z,x), p(z|x) over the retrieved."""
+    num_read = 3
+    for prediction in answerer.answer(QUESTIONS, num_read=num_read, num_retrieve=6):
+        question_ids = tokenizer.encode(prediction.question)
+        best_score, best_answer = -math.inf, None
+        for evidence in prediction.evidence[:num_read]:
+            body = answerer.blocks.body_ids(evidence.block_id)
+            joint, spans = reader_inputs(tokenizer, [(question_ids, body)])
+            with torch.no_grad():
+                log_probs = span_log_probs(answerer.reader.span_logits(joint, spans))[0]  # [spans]
+            span_index = int(log_probs.argmax())
+            score = math.log(evidence.probability) + float(log_probs[span_index])
+            if score > best_score:
+                best_score, best_answer = score, span_text(tokenizer, body, *spans.body_span(span_index))
+        assert prediction.score == pytest.approx(best_score, abs=1e-4)
+        assert prediction.answer == best_answer
+        assert prediction.probability == pytest.approx(math.exp(prediction.score))
+        read_bodies = [answerer.blocks.body_ids(b) for b in prediction.retrieved_block_ids[:num_read]]
+        assert any(prediction.answer in _spans_of(tokenizer, body) for body in read_bodies)
+
+
+def test_retrieving_more_than_the_corpus_returns_every_block_once(answerer):
+    (prediction,) = answerer.answer(QUESTIONS[:1], num_read=5, num_retrieve=20)
+    assert sorted(prediction.retrieved_block_ids) == sorted(b for b, _, _ in CORPUS)
+    assert sum(e.probability for e in prediction.evidence) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_from_checkpoint_answers_as_the_models_it_was_saved_from(answerer, models, qa_corpus, tiny_config, tmp_path):
+    blocks_path, index_path = qa_corpus
+    query_embedder, reader = models
+    checkpoint = save_checkpoint(tmp_path, 3, {"query_embedder": query_embedder, "reader": reader})
+    loaded = Answerer.from_checkpoint(str(checkpoint), index_path, blocks_path, tiny_config, CPU)
+    for want, got in zip(answerer.answer(QUESTIONS), loaded.answer(QUESTIONS)):
+        assert (got.answer, got.retrieved_block_ids) == (want.answer, want.retrieved_block_ids)
+        assert got.score == pytest.approx(want.score, abs=1e-5)
+
+    not_finetuned = save_checkpoint(tmp_path / "ict", 1, {"query_embedder": query_embedder})
+    with pytest.raises(ValueError, match="no reader"):
+        Answerer.from_checkpoint(str(not_finetuned), index_path, blocks_path, tiny_config, CPU)
+
+
+def test_answer_rank_finds_the_first_block_holding_an_answer():
+    evidence = [Evidence(1, "Nile", "The Nile is long.", 0.5), Evidence(2, "Curie", "Prizes in 1903 and 1911.", 0.5)]
+    assert answer_rank(evidence, ["the Nile"]) == 0
+    assert answer_rank(evidence, ["1911"]) == 1
+    assert answer_rank(evidence, [r"19(03|11)"], "regex") == 1
+    assert answer_rank(evidence, ["Amazon"]) is None
