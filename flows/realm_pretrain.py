@@ -22,7 +22,9 @@ from realm.flows.reporting import TrainingReporter
 
 
 @task(name="realm-refresh-index", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
-def refresh_index(output: str, model_preset: str, snapshot_dir: str, snapshot_step: int, device: str | None) -> dict:
+def refresh_index(
+    output: str, model_preset: str, snapshot_dir: str, snapshot_step: int, max_block_wordpieces: int, device: str | None
+) -> dict:
     """Re-embed every block with the doc-tower snapshot and publish `index/<snapshot_step>/`."""
     import time
 
@@ -34,7 +36,7 @@ def refresh_index(output: str, model_preset: str, snapshot_dir: str, snapshot_st
     started = time.perf_counter()
     path = build_and_publish(
         layout.blocks, snapshot_dir, layout.embeddings, layout.index, snapshot_step,
-        ModelConfig.preset(model_preset), device=select_device(device),
+        ModelConfig.preset(model_preset), device=select_device(device), max_block_wordpieces=max_block_wordpieces,
     )
     seconds = time.perf_counter() - started
     get_run_logger().info("published index %s (snapshot step %d) in %.1f s", path, snapshot_step, seconds)
@@ -57,7 +59,7 @@ def realm_pretrain(
     from realm.model.device import select_device
     from realm.model.mips import latest_published
     from realm.model.refresh import IndexRefreshScheduler
-    from realm.model.train_pretrain import PretrainConfig, PretrainTrainer
+    from realm.model.train_pretrain import PretrainConfig, PretrainTrainer, attach_index
 
     logger = get_run_logger()
     layout = RunLayout.at(run.output)
@@ -72,26 +74,26 @@ def realm_pretrain(
     )
     logger.info("pre-training from step %d to %d (retriever init: %s)", trainer.step, params.steps, init_retriever)
 
-    def refresh_now(step: int) -> dict:
-        snapshot = trainer.snapshot_doc_tower(str(layout.snapshots / str(step)))
-        return refresh_index(str(layout.root), run.model_preset, snapshot, step, run.device)
+    def submit_refresh():
+        snapshot = trainer.snapshot_doc_tower(str(layout.snapshots / str(trainer.step)))
+        return refresh_index.submit(
+            str(layout.root), run.model_preset, snapshot, trainer.step, params.max_block_wordpieces, run.device
+        )
 
-    published = latest_published(layout.index)
-    if published is None:
-        refresh_now(trainer.step)
-        published = latest_published(layout.index)
-    index, snapshot_step = _load_published(str(published))
-    trainer.swap_index(index, snapshot_step)
+    # On resume: the index the checkpoint was training against, so no step sees another one.
+    attached = attach_index(trainer, layout.index, layout.embeddings, str(layout.snapshots))
+    logger.info("training against index %s", attached)
 
-    scheduler = IndexRefreshScheduler(params.refresh_every)
+    scheduler = IndexRefreshScheduler(
+        params.refresh_every, index_snapshot_step=trainer.index_snapshot_step, last_start_step=trainer.index_snapshot_step
+    )
     reporter = TrainingReporter("pretrain", layout.reports, params.steps)
     refreshes: list[dict] = []
     pending = None
     while trainer.step < params.steps:
-        if pending is None and trainer.step > 0 and scheduler.is_time_to_refresh(trainer.step):
-            snapshot = trainer.snapshot_doc_tower(str(layout.snapshots / str(trainer.step)))
+        if pending is None and scheduler.is_time_to_refresh(trainer.step):
             scheduler.refresh_started(trainer.step)
-            pending = refresh_index.submit(str(layout.root), run.model_preset, snapshot, trainer.step, run.device)
+            pending = submit_refresh()
         if pending is not None and pending.state.is_final():
             if not pending.state.is_completed():
                 scheduler.refresh_failed()
@@ -105,7 +107,7 @@ def realm_pretrain(
             pending = None
         metrics = trainer.train_step()
         if trainer.step % params.log_every == 0 or trainer.step == params.steps:
-            reporter({**metrics, "index_staleness_steps": trainer.step - (trainer.index_snapshot_step or 0)})
+            reporter(metrics)
         if trainer.step % params.checkpoint_every == 0:
             trainer.save_checkpoint()
     if pending is not None:
@@ -115,7 +117,7 @@ def realm_pretrain(
     # Fine-tuning reads a fixed index built by the final doc tower.
     final = latest_published(layout.index)
     if final is None or int(Path(final).name) != trainer.step:
-        final = Path(refresh_now(trainer.step)["path"])
+        final = Path(submit_refresh().result()["path"])
     evaluation = trainer.evaluate_masked_spans()
     reporter.publish_curves(("loss", "retrieval_entropy"))
     _publish_summary(evaluation, refreshes)
