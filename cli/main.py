@@ -10,7 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
+
+# The ephemeral Prefect server's telemetry writes race the first flow run for the SQLite lock
+# ("database is locked" tracebacks), and there is no network to send it to anyway.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 DESCRIPTION = """\
 REALM: retrieval-augmented language model pre-training, as a data pipeline.
