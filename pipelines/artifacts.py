@@ -66,9 +66,12 @@ class ReadArtifact(beam.PTransform):
         self.schema = schema
 
     def expand(self, pbegin):
+        # Reshuffling the file list (not the rows) lets each worker read whole shards and run
+        # the fused downstream stages on them, without moving the rows through a shuffle.
         return (
             pbegin
             | "Match" >> fileio.MatchFiles(self.pattern)
+            | "SpreadFiles" >> beam.Reshuffle()
             | "Open" >> fileio.ReadMatches()
             | "Validate" >> beam.ParDo(_ReadValidatedFn(self.schema))
         )
