@@ -50,7 +50,9 @@ class PretrainParams(BaseModel):
     steps: int = 300
     batch_size: int = 8
     num_candidates: int = Field(8, description="k, the null document included")
-    learning_rate: float = 5e-5
+    # BERT's own pre-training rate: the MiniLM warm start ships no MLM head, so the head
+    # starts from scratch and a few hundred steps at REALM's 3e-5 leave it near chance.
+    learning_rate: float = 1e-4
     warmup_steps: int = 50
     checkpoint_every: int = 50
     log_every: int = 10
