@@ -138,7 +138,9 @@ def _ask(args: argparse.Namespace, extra: list[str]) -> int:
     from realm.model.config import ModelConfig
     from realm.model.device import select_device
     from realm.model.mips import latest_published
+    from realm.model.training import set_transformers_verbosity_error
 
+    set_transformers_verbosity_error()
     layout = RunLayout.at(args.run)
     checkpoint, index = latest_checkpoint(layout.checkpoints("finetune")), latest_published(layout.index)
     if checkpoint is None or index is None or layout.model_preset() is None:
