@@ -26,7 +26,6 @@ The Prefect flow calls `train_finetune`.
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from realm.model.tokenization import MAX_QUESTION_WORDPIECES, WordPieceTokenizer
 from realm.model.training import (
     Progress,
     ProgressFn,
+    apply_update,
     batch_rows,
     build_optimizer,
     build_scheduler,
@@ -275,14 +275,8 @@ def train_finetune(
         loss, stats = finetune_loss(
             query_embedder, reader, tokenizer, index, blocks, batch, model_config, config, device
         )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        scheduler.step()
+        final_loss = apply_update(loss, optimizer, scheduler, "fine-tuning", step + 1)
         step += 1
-        final_loss = loss.item()
-        if not math.isfinite(final_loss):
-            raise FloatingPointError(f"fine-tuning loss is {final_loss} at step {step}")
         counts["examples_seen"] += len(batch)
         counts["without_answer_in_retrieval"] += stats.without_answer_in_retrieval
         counts["without_answer_in_read"] += stats.without_answer_in_read

@@ -13,7 +13,6 @@ query_embedder and doc_embedder) resume exactly: the batch of step s is a functi
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -24,7 +23,7 @@ import torch.nn.functional as F
 from realm.model.checkpoint import save_checkpoint
 from realm.model.config import ModelConfig, build_component
 from realm.model.device import autocast, select_device
-from realm.model.inputs import BertInputs, length_sorted_groups, pad_batch
+from realm.model.inputs import length_sorted_groups, pad_batch
 from realm.model.marginal import mask_log_scores
 from realm.model.retriever import Embedder, Retriever
 from realm.model.tokenization import (
@@ -36,6 +35,7 @@ from realm.model.tokenization import (
 from realm.model.training import (
     Progress,
     ProgressFn,
+    apply_update,
     batch_rows,
     build_optimizer,
     build_scheduler,
@@ -187,14 +187,8 @@ def train_ict(
             q = retriever.embed_queries(pad_batch(queries, tokenizer.pad_id).to(device))  # [batch, d]
             d = retriever.embed_passages(pad_batch(contexts, tokenizer.pad_id).to(device))  # [batch, d]
         loss, batch_accuracy = ict_loss(ict_scores(q, d, np.array([e["context_block_id"] for e in batch])))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        scheduler.step()
+        final_loss = apply_update(loss, optimizer, scheduler, "ICT", step + 1)
         step += 1
-        final_loss = loss.item()
-        if not math.isfinite(final_loss):
-            raise FloatingPointError(f"ICT loss is {final_loss} at step {step}")
         metrics = meter.update(
             step, loss=final_loss, batch_accuracy=batch_accuracy, learning_rate=scheduler.get_last_lr()[0]
         )

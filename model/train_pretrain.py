@@ -26,7 +26,6 @@ resume), on a fresh run one built synchronously from the initial doc tower (`ind
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,7 @@ from realm.model.retriever import Embedder, Retriever
 from realm.model.tokenization import BLOCK_SPECIAL_TOKENS, MAX_BLOCK_WORDPIECES, MAX_PRETRAIN_QUERY_WORDPIECES
 from realm.model.training import (
     Progress,
+    apply_update,
     batch_rows,
     build_optimizer,
     build_scheduler,
@@ -330,14 +330,8 @@ class PretrainTrainer:
         batch = self._batch(batch_rows(self.train_rows, self.config.batch_size, self.config.seed, self.step))
         self._train_mode(True)
         outputs = self._forward(index, batch)
-        self.optimizer.zero_grad(set_to_none=True)
-        outputs.loss.backward()
-        self.optimizer.step()
-        self.scheduler.step()
+        loss = apply_update(outputs.loss, self.optimizer, self.scheduler, "pre-training", self.step + 1)
         self.step += 1
-        loss = outputs.loss.item()
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"pre-training loss is {loss} at step {self.step}")
         p_z = outputs.log_p_z_given_x.exp()  # [batch, k]
         entropy = -(p_z * outputs.log_p_z_given_x.clamp(min=LOG_ZERO)).sum(dim=1)  # padding: 0 · LOG_ZERO = 0
         return self.meter.update(

@@ -10,12 +10,11 @@ is cut at wordpiece boundaries (counted). Every sentence of a body lands in exac
 
 from __future__ import annotations
 
-import sys
 import re
+import sys
 from collections.abc import Iterator
 
 import apache_beam as beam
-
 from realm.model.tokenization import BLOCK_SPECIAL_TOKENS, MAX_BLOCK_WORDPIECES, WordPieceTokenizer, load_tokenizer
 from realm.pipelines.artifacts import ReadArtifact
 from realm.pipelines.dead_letters import DEAD_LETTER, counter, reject

@@ -10,12 +10,11 @@ sentence have no context to pair with and are counted.
 
 from __future__ import annotations
 
-import sys
 import random
+import sys
 from collections.abc import Iterator
 
 import apache_beam as beam
-
 from realm.model.tokenization import WordPieceTokenizer, load_tokenizer
 from realm.pipelines.artifacts import ReadArtifact
 from realm.pipelines.dead_letters import DEAD_LETTER, counter, reject

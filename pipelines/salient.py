@@ -13,13 +13,12 @@ mask. Sentences without any salient span are kept and counted, never dropped.
 
 from __future__ import annotations
 
-import sys
 import random
 import re
+import sys
 from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
-
 from realm.model.tokenization import MAX_PRETRAIN_QUERY_WORDPIECES, WordPieceTokenizer, load_tokenizer
 from realm.pipelines.artifacts import ReadArtifact
 from realm.pipelines.dead_letters import DEAD_LETTER, counter, reject

@@ -17,7 +17,6 @@ import sys
 from collections.abc import Iterator
 
 import apache_beam as beam
-
 from realm.pipelines.artifacts import ReadArtifact
 from realm.pipelines.dead_letters import DEAD_LETTER, counter, reject
 from realm.pipelines.execution import run_single_stage
