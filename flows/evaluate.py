@@ -23,16 +23,17 @@ RECALL_AT = (1, 5, 20)
 
 def score_predictions(examples, predictions) -> tuple[dict[str, dict], dict[str, list[dict]]]:
     """Per-dataset metrics and PREDICTIONS rows for `predictions` of `examples` (same order)."""
-    from realm.model.answer_metrics import answer_in_text, exact_match
+    from realm.model.answer_metrics import exact_match
+    from realm.model.answering import answer_rank
 
     rows: dict[str, list[dict]] = defaultdict(list)
     hits: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
     for example, prediction in zip(examples, predictions, strict=True):
         em = exact_match(prediction.answer, example.answers, example.answer_type)
-        found = [answer_in_text(e.text, example.answers, example.answer_type) for e in prediction.evidence]
+        rank = answer_rank(prediction.evidence, example.answers, example.answer_type)
         hits[example.dataset]["em"].append(em)
         for k in RECALL_AT:
-            hits[example.dataset][f"recall_at_{k}"].append(any(found[:k]))
+            hits[example.dataset][f"recall_at_{k}"].append(rank is not None and rank < k)
         rows[example.dataset].append(
             {
                 "dataset": example.dataset,
