@@ -96,7 +96,8 @@ def _run(args: argparse.Namespace, beam_args: list[str]) -> int:
 def _train(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
     params = _pipeline_params(args)
-    stage = getattr(params, args.stage)
+    stage = _with_overrides(getattr(params, args.stage), args.param)
+    setattr(params, args.stage, stage)
     if args.steps is not None:
         stage.steps = args.steps
     if args.stage == "ict":
@@ -110,6 +111,26 @@ def _train(args: argparse.Namespace, extra: list[str]) -> int:
             stage.qa_train = args.qa
     _print_json(stage_flow(params.run, stage))
     return 0
+
+
+def _with_overrides(stage, assignments: list[str]):
+    """`stage` (a pydantic parameter model) with each `field=value` applied, validated as the
+    Prefect UI's form would (so `true`, `1e-4` and JSON lists parse to the field's type)."""
+    values = stage.model_dump()
+    for assignment in assignments:
+        field, sep, value = assignment.partition("=")
+        if not sep or field not in type(stage).model_fields:
+            raise SystemExit(
+                f"--param {assignment!r}: expected FIELD=VALUE with FIELD one of {sorted(type(stage).model_fields)}"
+            )
+        try:
+            values[field] = json.loads(value)
+        except json.JSONDecodeError:
+            values[field] = value
+    try:
+        return type(stage).model_validate(values)
+    except ValueError as error:
+        raise SystemExit(f"--param: {error}") from None
 
 
 def _evaluate(args: argparse.Namespace, extra: list[str]) -> int:
@@ -200,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("stage", choices=["ict", "pretrain", "finetune"])
     _add_run_options(train, None)
     train.add_argument("--steps", type=int, help="override the preset's number of steps")
+    train.add_argument("--param", action="append", default=[], metavar="FIELD=VALUE",
+                       help="override any stage parameter, e.g. --param cached_doc_embeddings=true (repeatable)")
     train.add_argument("--qa", nargs="+", help="finetune: Open-QA training files (default: the demo set)")
     train.set_defaults(handler=_train)
 

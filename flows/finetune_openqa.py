@@ -1,14 +1,17 @@
 """`realm-finetune-openqa`: train the query tower and the span reader on Open-QA pairs, index fixed.
 
 Starts from the run's latest pre-training checkpoint (or any checkpoint with a query tower,
-e.g. ICT's for the ORQA baseline) and reads the top 5 blocks of the fixed index published
-by pre-training. Training files: JSONL `{"question", "answers"}` (regex answers with
+e.g. ICT's for the ORQA baseline; `reader_init` names another checkpoint whose encoder starts
+the reader, for the ablations) and reads the top 5 blocks of the fixed index published by
+pre-training, or with `retriever="bm25"` of a BM25 index over the blocks, built once per run
+(the BERT-Baseline: only the reader trains). Training files: JSONL `{"question", "answers"}` (regex answers with
 `"answer_type": "regex"`), NQ-open JSONL, WebQuestions JSON, CuratedTrec TSV.
 """
 
 from __future__ import annotations
 
 from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 
 from realm.flows.caching import cached_in_run
 from realm.flows.demo import demo_qa_path
@@ -20,7 +23,7 @@ from realm.flows.reporting import TrainingReporter
 @task(name="realm-train-finetune")
 def train_finetune_stage(
     output: str, model_preset: str, params: FinetuneParams, seed: int, device: str | None,
-    init_checkpoint: str, index_path: str,
+    init_checkpoint: str | None, index_path: str, reader_init: str | None = None,
 ) -> dict:
     from realm.model.config import ModelConfig
     from realm.model.device import select_device
@@ -35,11 +38,29 @@ def train_finetune_stage(
     result = train_finetune(
         examples, layout.blocks, index_path, init_checkpoint, layout.checkpoints("finetune"),
         ModelConfig.preset(model_preset),
-        FinetuneConfig(**params.model_dump(exclude={"qa_train"}), seed=seed),
-        progress=reporter, device=select_device(device),
+        FinetuneConfig(**params.model_dump(exclude={"qa_train", "retriever"}), seed=seed),
+        progress=reporter, device=select_device(device), reader_init=reader_init,
     )
     reporter.publish_curves()
-    return {**result, "index": index_path, "init_checkpoint": init_checkpoint}
+    return {**result, "index": index_path, "init_checkpoint": init_checkpoint, "reader_init": reader_init}
+
+
+@task(name="realm-build-bm25-index", cache_policy=NO_CACHE)
+def build_bm25_index(output: str) -> str:
+    """The run's published BM25 index over its blocks, built now if it has none."""
+    import time
+
+    from realm.model.bm25 import Bm25Index
+    from realm.model.mips import latest_published
+
+    layout = RunLayout.at(output)
+    if (published := latest_published(layout.bm25)) is not None:
+        return str(published)
+    started = time.perf_counter()
+    index = Bm25Index.from_blocks(layout.blocks)
+    path = index.save(layout.bm25)
+    get_run_logger().info("BM25 index over %d blocks in %.1f s -> %s", index.count, time.perf_counter() - started, path)
+    return str(path)
 
 
 @flow(name="realm-finetune-openqa")
@@ -48,17 +69,25 @@ def finetune_openqa(
     params: FinetuneParams = FinetuneParams(),
     init_checkpoint: str | None = None,
     index_path: str | None = None,
+    reader_init: str | None = None,
 ) -> dict:
-    """Defaults: the run's latest pre-training checkpoint and its newest published index."""
+    """Defaults: the run's latest pre-training checkpoint and its newest published index (a
+    BM25 run needs no checkpoint: its reader starts from `reader_init` or the warm start)."""
     from realm.model.checkpoint import latest_checkpoint
     from realm.model.mips import latest_published
 
     layout = RunLayout.at(run.output)
     layout.record_model_preset(run.model_preset)
-    init_checkpoint = init_checkpoint or _required(latest_checkpoint(layout.checkpoints("pretrain")), "pre-training checkpoint")
-    index_path = index_path or _required(latest_published(layout.index), "published index")
+    if params.retriever == "bm25":
+        index_path = index_path or build_bm25_index(str(layout.root))
+    else:
+        init_checkpoint = init_checkpoint or _required(
+            latest_checkpoint(layout.checkpoints("pretrain")), "pre-training checkpoint"
+        )
+        index_path = index_path or _required(latest_published(layout.index), "published index")
     return cached_in_run(train_finetune_stage, layout)(
-        str(layout.root), run.model_preset, params, run.seed, run.device, str(init_checkpoint), str(index_path)
+        str(layout.root), run.model_preset, params, run.seed, run.device,
+        None if init_checkpoint is None else str(init_checkpoint), str(index_path), reader_init,
     )
 
 

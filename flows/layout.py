@@ -4,6 +4,7 @@
     <root>/checkpoints/{ict,pretrain,finetune}/<step>/   save_pretrained components + state
     <root>/snapshots/<step>/doc_embedder                 doc tower snapshots the refresh embeds with
     <root>/embeddings/<step>/, <root>/index/<step>/      refreshed doc embeddings and MIPS indexes
+    <root>/bm25/<step>/                                  BM25 index over the blocks (BERT-Baseline)
     <root>/predictions/<dataset>.parquet, <root>/reports/ (metrics JSON lines, loss curves)
     <root>/run.json                                      the model preset the run trains
 """
@@ -54,6 +55,10 @@ class RunLayout:
     @property
     def index(self) -> str:
         return self.artifact("index")
+
+    @property
+    def bm25(self) -> str:
+        return self.artifact("bm25")
 
     @property
     def predictions(self) -> Path:

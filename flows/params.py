@@ -57,6 +57,9 @@ class PretrainParams(BaseModel):
     checkpoint_every: int = 50
     log_every: int = 10
     refresh_every: int = Field(100, description="steps between asynchronous index refreshes")
+    eval_every: int | None = Field(
+        None, description="steps between held-out masked-span evaluations (None: only after the last step)"
+    )
     heldout_examples: int = 256
     max_query_wordpieces: int = 64
     max_block_wordpieces: int = 128
@@ -66,6 +69,9 @@ class PretrainParams(BaseModel):
 
 class FinetuneParams(BaseModel):
     qa_train: list[str] = Field(default_factory=list, description="Open-QA training files; empty: the demo set")
+    retriever: Literal["dense", "bm25"] = Field(
+        "dense", description="dense: the query tower over the pre-trained index; bm25: BM25 over the blocks (BERT-Baseline)"
+    )
     steps: int = 200
     batch_size: int = 8
     learning_rate: float = 5e-5

@@ -69,7 +69,7 @@ def realm_pretrain(
         init_retriever = str(ict)
     trainer = PretrainTrainer(
         layout.blocks, layout.pretrain_examples, layout.checkpoints("pretrain"), model_config,
-        PretrainConfig(**params.model_dump(exclude={"refresh_every"}), seed=run.seed),
+        PretrainConfig(**params.model_dump(exclude={"refresh_every", "eval_every"}), seed=run.seed),
         init_retriever=init_retriever, device=select_device(run.device),
     )
     logger.info("pre-training from step %d to %d (retriever init: %s)", trainer.step, params.steps, init_retriever)
@@ -110,6 +110,8 @@ def realm_pretrain(
             reporter(metrics)
         if trainer.step % params.checkpoint_every == 0:
             trainer.save_checkpoint()
+        if params.eval_every and trainer.step % params.eval_every == 0 and trainer.step < params.steps:
+            _log_heldout(logger, reporter, trainer)
     if pending is not None:
         pending.wait()
     checkpoint = trainer.save_checkpoint()
@@ -118,14 +120,21 @@ def realm_pretrain(
     final = latest_published(layout.index)
     if final is None or int(Path(final).name) != trainer.step:
         final = Path(submit_refresh().result()["path"])
-    evaluation = trainer.evaluate_masked_spans()
-    reporter.publish_curves(("loss", "retrieval_entropy"))
+    evaluation = _log_heldout(logger, reporter, trainer)
+    reporter.publish_curves(("loss", "retrieval_entropy", "accuracy_with_retrieval", "accuracy_null_only"))
     _publish_summary(evaluation, refreshes)
-    logger.info(
-        "held-out masked-span accuracy: %.3f with retrieval vs %.3f with the null document alone (%d examples)",
-        evaluation["accuracy_with_retrieval"], evaluation["accuracy_null_only"], evaluation["examples"],
-    )
     return {"checkpoint": str(checkpoint), "index": str(final), "step": trainer.step, **evaluation, "refreshes": refreshes}
+
+
+def _log_heldout(logger, reporter: TrainingReporter, trainer) -> dict:
+    """Evaluate the held-out masked spans now; logged, and recorded with the step in the metrics file."""
+    evaluation = trainer.evaluate_masked_spans()
+    logger.info(
+        "step %d: held-out masked-span accuracy %.3f with retrieval vs %.3f with the null document alone (%d examples)",
+        trainer.step, evaluation["accuracy_with_retrieval"], evaluation["accuracy_null_only"], evaluation["examples"],
+    )
+    reporter.record({"step": trainer.step, **evaluation})
+    return evaluation
 
 
 def _publish_summary(evaluation: dict, refreshes: list[dict]) -> None:

@@ -47,6 +47,10 @@ class TrainingReporter:
             self.stage, step, self.total_steps, shown, metrics.get("steps_per_s", 0.0), _duration(metrics.get("eta_s")),
         )
         update_progress_artifact(self.progress_id, progress=100.0 * min(step, self.total_steps) / max(self.total_steps, 1))
+        self.record(metrics)
+
+    def record(self, metrics: dict) -> None:
+        """Append one row (it must carry "step") to the metrics file the curves are drawn from."""
         with self.metrics_path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(metrics, default=float) + "\n")
 

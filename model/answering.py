@@ -1,12 +1,12 @@
-"""Open-QA inference: retrieve with the query tower over the fixed MIPS index, read the best
-blocks, answer with the most probable span under p(z|x) p(span|z,x) (REALM §3.2, ORQA).
+"""Open-QA inference: retrieve the top blocks, read the best of them, answer with the most
+probable span under p(z|x) p(span|z,x) (REALM §3.2, ORQA).
 
-`Answerer.answer` serves the evaluate flow and `realm ask`. A question `[CLS] x [SEP]` (64
-wordpieces) is embedded and the index returns its top `num_retrieve` blocks with their exact
-scores f(x,z) = Embed_input(x)ᵀ Embed_doc(z) against the stored doc vectors, the same
-scores fine-tuning trained the query tower on. p(z|x) is a softmax over those retrieved
-blocks; all of them come back as evidence (recall@k is measured over them, `answer_rank`),
-and the reader reads the top `num_read`.
+`Answerer.answer` serves the evaluate flow and `realm ask`. A question (64 wordpieces) goes
+to a `QuestionRetriever`, the query tower over the fixed MIPS index (exact scores
+f(x,z) = Embed_input(x)ᵀ Embed_doc(z) against the stored doc vectors, the scores fine-tuning
+trained the query tower on) or BM25, which returns its top `num_retrieve` blocks. p(z|x) is a
+softmax over the retrieved blocks' logits; all of them come back as evidence (recall@k is
+measured over them, `answer_rank`), and the reader reads the top `num_read`.
 """
 
 from __future__ import annotations
@@ -22,12 +22,9 @@ from realm.model.block_store import BlockStore
 from realm.model.checkpoint import load_components
 from realm.model.config import ModelConfig
 from realm.model.device import autocast, select_device
-from realm.model.inputs import pad_batch
-from realm.model.marginal import mask_log_scores
-from realm.model.mips import MipsIndex
+from realm.model.question_retrieval import QuestionRetriever, is_bm25_index, load_question_retriever
 from realm.model.reader import Reader, best_span, reader_inputs, span_text
-from realm.model.retriever import Embedder
-from realm.model.tokenization import MAX_QUESTION_WORDPIECES, WordPieceTokenizer, join
+from realm.model.tokenization import MAX_QUESTION_WORDPIECES, WordPieceTokenizer
 
 
 @dataclass
@@ -65,28 +62,13 @@ def question_wordpieces(
     return [ids[: max_wordpieces - 2] for ids in tokenizer.encode_batch(list(questions))]
 
 
-def embed_questions(
-    query_embedder: Embedder,
-    tokenizer: WordPieceTokenizer,
-    question_ids: Sequence[Sequence[int]],
-    device: torch.device,
-    cpu_bf16_autocast: bool,
-) -> torch.Tensor:
-    """Embed_input(x) of `[CLS] x [SEP]` per question, [n, d] float32 (with graph unless the
-    caller runs under no_grad)."""
-    queries = pad_batch([join(tokenizer, list(ids)) for ids in question_ids], tokenizer.pad_id).to(device)
-    with autocast(device, cpu_bf16_autocast):
-        return query_embedder(**queries.as_kwargs()).float()
-
-
 class Answerer:
-    """Query tower + fixed index + reader; see the module docstring."""
+    """Retriever + reader; see the module docstring."""
 
     def __init__(
         self,
-        query_embedder: Embedder,
+        retriever: QuestionRetriever,
         reader: Reader,
-        index: MipsIndex,
         blocks: BlockStore,
         tokenizer: WordPieceTokenizer,
         model_config: ModelConfig,
@@ -94,9 +76,10 @@ class Answerer:
     ):
         """`blocks` must hold title and text (`BlockStore.from_parquet(path, with_text=True)`)."""
         self.device = device or select_device()
-        self.query_embedder = query_embedder.to(self.device).eval()
+        self.retriever = retriever
+        for module in retriever.trainable_modules():
+            module.to(self.device).eval()
         self.reader = reader.to(self.device).eval()
-        self.index = index
         self.blocks = blocks
         self.tokenizer = tokenizer
         self.model_config = model_config
@@ -110,17 +93,19 @@ class Answerer:
         model_config: ModelConfig,
         device: torch.device | None = None,
     ) -> Answerer:
-        """From a fine-tuning checkpoint `checkpoints/<step>/` (components query_embedder and
-        reader), a published index directory `index/<step>/` and the `blocks/` artifact."""
+        """From a fine-tuning checkpoint `checkpoints/<step>/` (a reader, and the query tower
+        when `index_path` is a dense index), a published index directory (`index/<step>/`, or
+        a BM25 index) and the `blocks/` artifact."""
         device = device or select_device()
         components = load_components(checkpoint_dir, device)
-        missing = {"query_embedder", "reader"} - set(components)
-        if missing:
-            raise ValueError(f"{checkpoint_dir}: no {', '.join(sorted(missing))}; not a fine-tuning checkpoint")
+        if "reader" not in components:
+            raise ValueError(f"{checkpoint_dir}: no reader; not a fine-tuning checkpoint")
+        if "query_embedder" not in components and not is_bm25_index(index_path):
+            raise ValueError(f"{checkpoint_dir}: no query_embedder to retrieve from the dense index {index_path}")
+        retriever = load_question_retriever(index_path, components.get("query_embedder"), model_config, device)
         return cls(
-            components["query_embedder"],
+            retriever,
             components["reader"],
-            MipsIndex.load(index_path, expected_dim=model_config.retrieval_dim),
             BlockStore.from_parquet(blocks_path, with_text=True),
             model_config.tokenizer(),
             model_config,
@@ -142,12 +127,10 @@ class Answerer:
 
     def _answer_batch(self, questions: Sequence[str], num_read: int, num_retrieve: int) -> list[Prediction]:
         question_ids = question_wordpieces(self.tokenizer, questions)
-        query_embeddings = embed_questions(
-            self.query_embedder, self.tokenizer, question_ids, self.device, self.model_config.cpu_bf16_autocast
-        )  # [batch, d]
-        scores, block_ids = self.index.search(query_embeddings.cpu().numpy(), num_retrieve)  # [batch, retrieve] x2
-        retrieved = torch.from_numpy(np.isfinite(scores))  # [batch, retrieve]; False past the corpus's end
-        log_p_z = torch.log_softmax(mask_log_scores(torch.from_numpy(scores), retrieved), dim=-1)  # [batch, retrieve]
+        hits = self.retriever.retrieve(questions, question_ids, num_retrieve)
+        block_ids = hits.block_ids  # [batch, retrieve]
+        retrieved = torch.from_numpy(hits.found)  # [batch, retrieve]; False past the corpus's end
+        log_p_z = torch.log_softmax(hits.logits.float().cpu(), dim=-1)  # [batch, retrieve]
 
         # Read slots past the corpus's end get an empty body: no spans, and p(z|x) = 0 below.
         bodies = [

@@ -235,7 +235,7 @@ class MipsIndex:
             "count": self.count,
             "index_type": self.config.kind,
             "config": dataclasses.asdict(self.config),
-            "sha256": {name: _sha256(staging / name) for name in (INDEX_FILE, VECTORS_FILE, BLOCK_IDS_FILE)},
+            "sha256": {name: file_sha256(staging / name) for name in (INDEX_FILE, VECTORS_FILE, BLOCK_IDS_FILE)},
         }
         (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
         return publish(staging, index_root, step, keep)
@@ -249,7 +249,7 @@ class MipsIndex:
         for name, digest in manifest["sha256"].items():
             if not (path / name).is_file():
                 raise IndexIntegrityError(f"{path}: {name} is missing")
-            if _sha256(path / name) != digest:
+            if file_sha256(path / name) != digest:
                 raise IndexIntegrityError(f"{path / name}: sha256 does not match {MANIFEST_FILE} (corrupt index)")
         set_faiss_threads()
         index = faiss.read_index(str(path / INDEX_FILE))
@@ -288,7 +288,7 @@ def latest_published(index_root: str | os.PathLike) -> Path | None:
     return latest_step_dir(index_root, MANIFEST_FILE)
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -1,12 +1,13 @@
 """Open-QA fine-tuning as REALM does it (ORQA's recipe): the doc index stays fixed; the query
 tower and the reader learn.
 
-Per batch of questions: the query tower embeds `[CLS] x [SEP]` (64 wordpieces) and the index
-returns the top `num_retrieve` blocks; f(x,z) = query embedding · the block's stored index
-vector (`MipsIndex.lookup`), so gradients reach the query tower and never the documents.
-The loss adds, per question, where each is defined:
-- ORQA's early update: −log Σ_{z among the top num_retrieve holding an answer} p(z|x), p(z|x)
-  a softmax over the top num_retrieve (`early_update_loss`);
+Per batch of questions: the retriever (`realm.model.question_retrieval`) returns the top
+`num_retrieve` blocks. For the dense retriever the query tower embeds `[CLS] x [SEP]` (64
+wordpieces) and f(x,z) = query embedding · the block's stored index vector, so gradients
+reach the query tower and never the documents; BM25 (the BERT-Baseline) has nothing to train
+and a uniform p(z|x). The loss adds, per question, where each is defined:
+- ORQA's early update (dense only): −log Σ_{z among the top num_retrieve holding an answer}
+  p(z|x), p(z|x) a softmax over the top num_retrieve (`early_update_loss`);
 - the reader's marginal: −log Σ_{z among the top num_read} p(z|x) p(y|z,x), p(z|x)
   renormalised over the read blocks and p(y|z,x) summed over every gold span of z (zero for a
   block without one; `reader_log_likelihood`, `marginal_log_likelihood`).
@@ -15,11 +16,13 @@ reader) term; both cases are counted and logged. "Holds an answer" means has a g
 text answers match by wordpieces (`find_gold_spans`); CuratedTrec's regex answers match
 candidate spans' text (`regex_gold_spans`).
 
-A fresh run starts the query tower from `init_checkpoint`'s, and the reader's BERT from its
-knowledge-augmented encoder's when it has one (as REALM does); whatever the init checkpoint
-lacks (or all, without one) starts from the model config's warm start, and the span MLP is
-always fresh. Checkpoints `checkpoints/<step>/` hold query_embedder and reader and resume
-exactly (the batch of step s is a function of (seed, s)).
+A fresh run starts the query tower from `init_checkpoint`'s, and the reader's BERT from the
+knowledge-augmented encoder of `reader_init` (default: `init_checkpoint`) when it has one, as
+REALM does; whatever they lack (or all, without them) starts from the model config's warm
+start, and the span MLP is always fresh. Mixing the two gives the paper's ablations (REALM
+retriever + baseline encoder and the reverse). Checkpoints `checkpoints/<step>/` hold the
+reader (and query_embedder, dense) and resume exactly (the batch of step s is a function of
+(seed, s)).
 The Prefect flow calls `train_finetune`.
 """
 
@@ -34,16 +37,16 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from realm.model.answering import embed_questions, question_wordpieces
+from realm.model.answering import question_wordpieces
 from realm.model.block_store import BlockStore
 from realm.model.checkpoint import load_components, save_checkpoint
 from realm.model.config import ModelConfig, build_component
 from realm.model.device import autocast, select_device
-from realm.model.marginal import early_update_loss, marginal_log_likelihood, mask_log_scores
-from realm.model.mips import MipsIndex
+from realm.model.marginal import early_update_loss, marginal_log_likelihood
 from realm.model.qa_data import QAExample
+from realm.model.question_retrieval import QuestionRetriever, is_bm25_index, load_question_retriever
 from realm.model.reader import Reader, build_reader, find_gold_spans, reader_inputs, reader_log_likelihood, span_text
-from realm.model.retriever import Embedder, relevance_scores
+from realm.model.retriever import Embedder
 from realm.model.tokenization import MAX_QUESTION_WORDPIECES, WordPieceTokenizer
 from realm.model.training import (
     Progress,
@@ -140,10 +143,9 @@ class StepStats:
 
 
 def finetune_loss(
-    query_embedder: Embedder,
+    retriever: QuestionRetriever,
     reader: Reader,
     tokenizer: WordPieceTokenizer,
-    index: MipsIndex,
     blocks: BlockStore,
     examples: Sequence[QAExample],
     model_config: ModelConfig,
@@ -153,18 +155,12 @@ def finetune_loss(
     """Early-update retriever loss + reader marginal loss of a batch (module docstring), each
     a mean over the questions it is defined for; float32 scalar with graph."""
     size, read = len(examples), config.num_read
-    question_ids = question_wordpieces(tokenizer, [e.question for e in examples], config.max_question_wordpieces)
-    query_embeddings = embed_questions(
-        query_embedder, tokenizer, question_ids, device, model_config.cpu_bf16_autocast
-    )  # [batch, d]
-    scores, block_ids = index.search(query_embeddings.detach().cpu().numpy(), config.num_retrieve)  # [batch, retrieve]
-    retrieved = np.isfinite(scores)  # [batch, retrieve]; False past the corpus's end
-    doc_vectors = np.zeros((*block_ids.shape, index.dim), dtype=np.float32)  # [batch, retrieve, d]
-    doc_vectors[retrieved] = index.lookup(block_ids[retrieved])
+    questions = [e.question for e in examples]
+    question_ids = question_wordpieces(tokenizer, questions, config.max_question_wordpieces)
+    hits = retriever.retrieve(questions, question_ids, config.num_retrieve)
+    block_ids, retrieved = hits.block_ids, hits.found  # [batch, retrieve] x2
     retrieved_mask = torch.from_numpy(retrieved).to(device)
-    retrieval_logits = mask_log_scores(
-        relevance_scores(query_embeddings, torch.from_numpy(doc_vectors).to(device)), retrieved_mask
-    )  # [batch, retrieve], the index's scores but with graph into the query tower
+    retrieval_logits = hits.logits  # [batch, retrieve]; graph into the query tower when dense
 
     bodies = [
         [blocks.body_ids(int(b)) if ok else [] for b, ok in zip(row_ids, row_ok)]
@@ -175,7 +171,10 @@ def finetune_loss(
         for row, example in zip(bodies, examples)
     ]  # [batch][retrieve] lists of (start, end)
     holds_answer = torch.tensor([[bool(spans) for spans in row] for row in golds], device=device)  # [batch, retrieve]
-    retriever_loss = early_update_loss(retrieval_logits, holds_answer, retrieved_mask)
+    if retrieval_logits.requires_grad:
+        retriever_loss = early_update_loss(retrieval_logits, holds_answer, retrieved_mask)
+    else:  # BM25: nothing to train
+        retriever_loss = retrieval_logits.new_zeros(())
 
     joint, spans = reader_inputs(
         tokenizer,
@@ -200,28 +199,37 @@ def finetune_loss(
 
 
 def initial_components(
-    init_checkpoint: str | None, model_config: ModelConfig, device: torch.device
+    init_checkpoint: str | None,
+    model_config: ModelConfig,
+    device: torch.device,
+    reader_init: str | None = None,
+    with_query_embedder: bool = True,
 ) -> dict[str, PreTrainedModel]:
-    """query_embedder and reader of a fresh run (module docstring); the reader's span MLP is
-    always freshly initialised."""
-    query_embedder = build_component(Embedder, model_config)
-    reader = build_reader(model_config)
-    if init_checkpoint is not None:
-        init = load_components(init_checkpoint)
-        if "query_embedder" not in init:
-            raise ValueError(f"{init_checkpoint}: no query_embedder to fine-tune")
-        targets = [("query_embedder", query_embedder, init["query_embedder"])]
+    """reader (and query_embedder when `with_query_embedder`) of a fresh run (module
+    docstring); the reader's span MLP is always freshly initialised."""
+    components: dict[str, PreTrainedModel] = {"reader": build_reader(model_config)}
+    reader_init = reader_init or init_checkpoint
+    if with_query_embedder:
+        components["query_embedder"] = build_component(Embedder, model_config)
+        if init_checkpoint is not None:
+            init = load_components(init_checkpoint)
+            if "query_embedder" not in init:
+                raise ValueError(f"{init_checkpoint}: no query_embedder to fine-tune")
+            _load_into(components["query_embedder"], init["query_embedder"], init_checkpoint, "query_embedder")
+    if reader_init is not None:
+        init = load_components(reader_init)
         if "encoder" in init:
-            targets.append(("encoder", reader.bert, init["encoder"].bert))
+            _load_into(components["reader"].bert, init["encoder"].bert, reader_init, "encoder")
         else:
-            warm_start = model_config.model_dir or "random init"
-            log.info("%s has no encoder; the reader starts from %s", init_checkpoint, warm_start)
-        for name, target, source in targets:
-            try:
-                target.load_state_dict(source.state_dict())
-            except RuntimeError as error:
-                raise ValueError(f"{init_checkpoint}: {name} does not match the model config: {error}") from error
-    return {"query_embedder": query_embedder.to(device), "reader": reader.to(device)}
+            log.info("%s has no encoder; the reader starts from %s", reader_init, model_config.model_dir or "random init")
+    return {name: component.to(device) for name, component in components.items()}
+
+
+def _load_into(target: torch.nn.Module, source: torch.nn.Module, checkpoint: str, name: str) -> None:
+    try:
+        target.load_state_dict(source.state_dict())
+    except RuntimeError as error:
+        raise ValueError(f"{checkpoint}: {name} does not match the model config: {error}") from error
 
 
 def train_finetune(
@@ -234,9 +242,10 @@ def train_finetune(
     config: FinetuneConfig,
     progress: ProgressFn | None = None,
     device: torch.device | None = None,
+    reader_init: str | None = None,
 ) -> dict:
-    """Fine-tune to `config.steps` against the published index `index_path` (`index/<step>/`),
-    resuming from the newest checkpoint under `checkpoint_root`. Returns {step, checkpoint,
+    """Fine-tune to `config.steps` against the published index `index_path` (a dense
+    `index/<step>/`, or a BM25 index), resuming from the newest checkpoint under `checkpoint_root`. Returns {step, checkpoint,
     steps_per_s, final_loss (the last step trained, here or before a resume), examples_seen,
     examples_without_answer_in_retrieval, examples_without_answer_in_read,
     fraction_without_answer_in_retrieval} (counts over the whole run, resumes included)."""
@@ -246,16 +255,26 @@ def train_finetune(
     device = device or select_device()
     tokenizer = model_config.tokenizer()
     blocks = BlockStore.from_parquet(blocks_path)
-    index = MipsIndex.load(index_path, expected_dim=model_config.retrieval_dim)
+    dense = not is_bm25_index(index_path)
     rows = np.arange(len(examples))
 
     seed_everything(config.seed)
     resume = latest_resume_point(checkpoint_root, device)
-    if resume and not {"query_embedder", "reader"} <= set(resume.components):
-        raise ValueError(f"{resume.checkpoint}: not a fine-tuning checkpoint (has {sorted(resume.components)})")
-    components = resume.components if resume else initial_components(init_checkpoint, model_config, device)
-    query_embedder, reader = components["query_embedder"].train(), components["reader"].train()
-    optimizer = build_optimizer([query_embedder, reader], config.learning_rate, config.weight_decay)
+    needed = {"query_embedder", "reader"} if dense else {"reader"}
+    if resume and set(resume.components) != needed:
+        raise ValueError(
+            f"{resume.checkpoint}: holds {sorted(resume.components)}, but fine-tuning against {index_path} trains "
+            f"{sorted(needed)}; a run root fine-tunes one retriever kind (use another root for the other)"
+        )
+    components = resume.components if resume else initial_components(
+        init_checkpoint, model_config, device, reader_init=reader_init, with_query_embedder=dense
+    )
+    reader = components["reader"].train()
+    retriever = load_question_retriever(index_path, components.get("query_embedder"), model_config, device)
+    trained = {name: components[name] for name in sorted(needed)}
+    for module in retriever.trainable_modules():
+        module.train()
+    optimizer = build_optimizer([*retriever.trainable_modules(), reader], config.learning_rate, config.weight_decay)
     scheduler = build_scheduler(optimizer, config.warmup_steps, config.steps)
     state = resume.restore(optimizer, scheduler) if resume else None
     step = state.step if state else 0
@@ -266,15 +285,12 @@ def train_finetune(
     log.info("fine-tuning on %d questions from step %d to %d", len(examples), step, config.steps)
 
     def save() -> str:
-        trained = {"query_embedder": query_embedder, "reader": reader}
         extra = {"loss": final_loss, "counts": counts}
         return str(save_checkpoint(checkpoint_root, step, trained, optimizer, scheduler, extra=extra))
 
     while step < config.steps:
         batch = [examples[row] for row in batch_rows(rows, config.batch_size, config.seed, step)]
-        loss, stats = finetune_loss(
-            query_embedder, reader, tokenizer, index, blocks, batch, model_config, config, device
-        )
+        loss, stats = finetune_loss(retriever, reader, tokenizer, blocks, batch, model_config, config, device)
         final_loss = apply_update(loss, optimizer, scheduler, "fine-tuning", step + 1)
         step += 1
         counts["examples_seen"] += len(batch)

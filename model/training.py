@@ -58,8 +58,12 @@ def set_transformers_verbosity_error() -> None:
 def build_optimizer(
     modules_in_order: Sequence[nn.Module], learning_rate: float, weight_decay: float = 0.01
 ) -> torch.optim.AdamW:
-    """AdamW over the trainable parameters of `modules_in_order`, biases and LayerNorm weights
-    (every parameter with < 2 dims) without weight decay, as BERT trains.
+    """AdamW over the parameters of `modules_in_order`, biases and LayerNorm weights (every
+    parameter with < 2 dims) without weight decay, as BERT trains.
+
+    Frozen parameters are in the groups too: they never get a gradient, so AdamW neither moves
+    them nor keeps state for them, and the groups have the same size whichever parts are
+    frozen, so a run can resume with its doc tower frozen after training it (or the reverse).
 
     The order of the modules fixes the order of the optimizer's parameters, which its saved
     state refers to: pass them in the same order on resume. A parameter shared by two modules
@@ -69,7 +73,7 @@ def build_optimizer(
     decay, no_decay = [], []
     for module in modules_in_order:
         for parameter in module.parameters():
-            if not parameter.requires_grad or id(parameter) in seen:
+            if id(parameter) in seen:
                 continue
             seen.add(id(parameter))
             (decay if parameter.ndim >= 2 else no_decay).append(parameter)

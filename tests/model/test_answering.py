@@ -11,7 +11,9 @@ from realm.model.checkpoint import save_checkpoint
 from realm.model.config import build_component
 from realm.model.embed_corpus import embed_window
 from realm.model.inputs import pad_batch
+from realm.model.bm25 import Bm25Index
 from realm.model.mips import BruteForceIndex, MipsIndex
+from realm.model.question_retrieval import DenseRetriever
 from realm.model.reader import build_reader, reader_inputs, span_log_probs, span_text
 from realm.model.retriever import Embedder
 from realm.model.tokenization import join
@@ -51,7 +53,14 @@ def models(tiny_config):
 def answerer(models, qa_corpus, tokenizer, tiny_config) -> Answerer:
     blocks_path, index_path = qa_corpus
     blocks = BlockStore.from_parquet(blocks_path, with_text=True)
-    return Answerer(*models, MipsIndex.load(index_path), blocks, tokenizer, tiny_config, CPU)
+    query_embedder, reader = models
+    retriever = DenseRetriever(query_embedder, MipsIndex.load(index_path), tokenizer, tiny_config, CPU)
+    return Answerer(retriever, reader, blocks, tokenizer, tiny_config, CPU)
+
+
+@pytest.fixture(scope="module")
+def bm25_path(qa_corpus, tmp_path_factory) -> str:
+    return str(Bm25Index.from_blocks(qa_corpus[0]).save(tmp_path_factory.mktemp("bm25")))
 
 
 def _spans_of(tokenizer, body_ids, max_span=10) -> set[str]:
@@ -66,8 +75,9 @@ def test_evidence_is_the_mips_top_k_with_probabilities_summing_to_one(answerer, 
     predictions = answerer.answer(QUESTIONS, num_read=3, num_retrieve=6, batch_size=2)
     queries = pad_batch([join(tokenizer, tokenizer.encode(q)) for q in QUESTIONS], tokenizer.pad_id)
     with torch.no_grad():
-        query_embeddings = answerer.query_embedder(**queries.as_kwargs()).numpy()
-    oracle = BruteForceIndex(np.asarray(answerer.index.vectors), answerer.index.block_ids)
+        query_embeddings = answerer.retriever.query_embedder(**queries.as_kwargs()).numpy()
+    index = answerer.retriever.index
+    oracle = BruteForceIndex(np.asarray(index.vectors), index.block_ids)
     _, oracle_ids = oracle.search(query_embeddings, 6)
     texts = {block_id: (title, text) for block_id, title, text in CORPUS}
 
@@ -121,6 +131,26 @@ def test_from_checkpoint_answers_as_the_models_it_was_saved_from(answerer, model
     not_finetuned = save_checkpoint(tmp_path / "ict", 1, {"query_embedder": query_embedder})
     with pytest.raises(ValueError, match="no reader"):
         Answerer.from_checkpoint(str(not_finetuned), index_path, blocks_path, tiny_config, CPU)
+    reader_only = save_checkpoint(tmp_path / "bm25-reader", 1, {"reader": reader})
+    with pytest.raises(ValueError, match="no query_embedder to retrieve from the dense index"):
+        Answerer.from_checkpoint(str(reader_only), index_path, blocks_path, tiny_config, CPU)
+
+
+def test_bm25_answerer_reads_the_bm25_top_k_with_a_uniform_retrieval_distribution(
+    models, qa_corpus, bm25_path, tiny_config, tmp_path
+):
+    blocks_path, _ = qa_corpus
+    checkpoint = save_checkpoint(tmp_path, 1, {"reader": models[1]})
+    answerer = Answerer.from_checkpoint(str(checkpoint), bm25_path, blocks_path, tiny_config, CPU)
+    predictions = answerer.answer(QUESTIONS, num_read=2, num_retrieve=4)
+    _, expected_ids = Bm25Index.load(bm25_path).search_texts(QUESTIONS, 4)
+    for prediction, expected in zip(predictions, expected_ids):
+        assert prediction.retrieved_block_ids == expected.tolist()
+        assert [e.probability for e in prediction.evidence] == pytest.approx([0.25] * 4)
+        read_bodies = [answerer.blocks.body_ids(b) for b in prediction.retrieved_block_ids[:2]]
+        assert any(prediction.answer in _spans_of(answerer.tokenizer, body) for body in read_bodies)
+    capital = dict(zip(QUESTIONS, predictions))["What is the capital of France?"]
+    assert "Paris" in capital.evidence[0].text  # the only block with both "capital" and "France"
 
 
 def test_answer_rank_finds_the_first_block_holding_an_answer():

@@ -13,8 +13,10 @@ from realm.model.checkpoint import load_components, save_checkpoint
 from realm.model.config import build_component
 from realm.model.encoder import build_encoder
 from realm.model.inputs import pad_batch
+from realm.model.bm25 import Bm25Index
 from realm.model.mips import MipsIndex
 from realm.model.qa_data import QAExample
+from realm.model.question_retrieval import DenseRetriever
 from realm.model.reader import build_reader, find_gold_spans, reader_inputs, reader_log_likelihood, span_text
 from realm.model.retriever import Embedder
 from realm.model.tokenization import join
@@ -48,11 +50,12 @@ def distinct_vectors_index(tmp_path_factory, qa_corpus, blocks_table) -> str:
     return str(MipsIndex.build(vectors, blocks_table["block_id"].to_numpy()).save(tmp_path_factory.mktemp("index"), 0))
 
 
-def _train(qa_corpus, root, tiny_config, config=CONFIG, examples=EXAMPLES, init_checkpoint=None):
+def _train(qa_corpus, root, tiny_config, config=CONFIG, examples=EXAMPLES, init_checkpoint=None, reader_init=None):
     blocks_path, index_path = qa_corpus
     logged = []
     result = train_finetune(
-        examples, blocks_path, index_path, init_checkpoint, str(root), tiny_config, config, logged.append, CPU
+        examples, blocks_path, index_path, init_checkpoint, str(root), tiny_config, config, logged.append, CPU,
+        reader_init=reader_init,
     )
     return result, logged
 
@@ -88,7 +91,8 @@ def test_loss_is_early_update_plus_reader_marginal_computed_by_brute_force(qa_co
     blocks, index = BlockStore.from_parquet(blocks_path), MipsIndex.load(index_path)
     query_embedder, reader = build_component(Embedder, tiny_config).eval(), build_reader(tiny_config).eval()
     example = EXAMPLES[0]
-    loss, stats = finetune_loss(query_embedder, reader, tokenizer, index, blocks, [example], tiny_config, CONFIG, CPU)
+    retriever = DenseRetriever(query_embedder, index, tokenizer, tiny_config, CPU)
+    loss, stats = finetune_loss(retriever, reader, tokenizer, blocks, [example], tiny_config, CONFIG, CPU)
 
     question_ids = tokenizer.encode(example.question)
     with torch.no_grad():
@@ -118,7 +122,8 @@ def test_questions_without_an_answer_are_counted_and_gradients_reach_only_the_tr
     query_embedder, reader = build_component(Embedder, tiny_config), build_reader(tiny_config)
     config = dataclasses.replace(CONFIG, num_read=3)
     batch = [EXAMPLES[3], UNANSWERABLE]  # regex answers are found like text ones
-    loss, stats = finetune_loss(query_embedder, reader, tokenizer, index, blocks, batch, tiny_config, config, CPU)
+    retriever = DenseRetriever(query_embedder, index, tokenizer, tiny_config, CPU)
+    loss, stats = finetune_loss(retriever, reader, tokenizer, blocks, batch, tiny_config, config, CPU)
     assert stats.without_answer_in_retrieval == 1
     assert stats.without_answer_in_read >= 1 and math.isfinite(loss.item())
     loss.backward()
@@ -178,3 +183,35 @@ def test_a_fresh_run_starts_from_the_pretrained_query_tower_and_encoder(qa_corpu
         assert torch.equal(started["query_embedder"].state_dict()[key], value), key
     for key, value in pretrained["encoder"].bert.state_dict().items():
         assert torch.equal(started["reader"].bert.state_dict()[key], value), key
+
+
+def test_reader_init_gives_the_ablations_their_mixed_starting_points(qa_corpus, tmp_path, tiny_config):
+    """REALM retriever + baseline encoder: the query tower from one checkpoint, the reader from
+    another's encoder, or from the warm start when that one (ICT's) has no encoder."""
+    realm = {"query_embedder": build_component(Embedder, tiny_config), "encoder": build_encoder(tiny_config)}
+    other_encoder = {"query_embedder": build_component(Embedder, tiny_config), "encoder": build_encoder(tiny_config)}
+    ict = {"query_embedder": build_component(Embedder, tiny_config), "doc_embedder": build_component(Embedder, tiny_config)}
+    paths = {name: str(save_checkpoint(tmp_path / name, 1, components))
+             for name, components in (("realm", realm), ("other", other_encoder), ("ict", ict))}
+    no_steps = dataclasses.replace(CONFIG, steps=0)
+
+    mixed, _ = _train(qa_corpus, tmp_path / "mixed", tiny_config, no_steps, init_checkpoint=paths["realm"], reader_init=paths["other"])
+    started = load_components(mixed["checkpoint"])
+    for key, value in realm["query_embedder"].state_dict().items():
+        assert torch.equal(started["query_embedder"].state_dict()[key], value), key
+    for key, value in other_encoder["encoder"].bert.state_dict().items():
+        assert torch.equal(started["reader"].bert.state_dict()[key], value), key
+
+    baseline, _ = _train(qa_corpus, tmp_path / "baseline", tiny_config, no_steps, init_checkpoint=paths["realm"], reader_init=paths["ict"])
+    reader = load_components(baseline["checkpoint"])["reader"].bert.state_dict()
+    assert not all(torch.equal(reader[k], v) for k, v in realm["encoder"].bert.state_dict().items())
+
+
+def test_bm25_fine_tuning_trains_the_reader_alone_and_checkpoints_only_it(qa_corpus, tmp_path, tiny_config):
+    bm25_path = str(Bm25Index.from_blocks(qa_corpus[0]).save(tmp_path / "bm25"))
+    config = dataclasses.replace(CONFIG, steps=12, batch_size=4, warmup_steps=2, checkpoint_every=12, num_read=3, num_retrieve=3)
+    result, logged = _train((qa_corpus[0], bm25_path), tmp_path / "finetune", tiny_config, config)
+    assert all(m["retriever_loss"] == 0.0 for m in logged)
+    readers = [m["reader_loss"] for m in logged]
+    assert np.mean(readers[-3:]) < 0.5 * np.mean(readers[:3])
+    assert sorted(p.name for p in Path(result["checkpoint"]).iterdir() if p.is_dir()) == ["reader"]

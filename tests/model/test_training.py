@@ -15,14 +15,31 @@ from realm.model.training import (
 )
 
 
-def test_optimizer_skips_decay_on_biases_and_layer_norm_and_frozen_or_shared_parameters():
+def test_optimizer_skips_decay_on_biases_and_layer_norm_and_holds_shared_parameters_once():
     linear, norm = nn.Linear(3, 4), nn.LayerNorm(4)
-    frozen = nn.Linear(2, 2).requires_grad_(False)
-    optimizer = build_optimizer([nn.Sequential(linear, norm), linear, frozen], 1e-3, weight_decay=0.1)
+    optimizer = build_optimizer([nn.Sequential(linear, norm), linear], 1e-3, weight_decay=0.1)
     decay, no_decay = optimizer.param_groups
     assert [p is linear.weight for p in decay["params"]] == [True] and decay["weight_decay"] == 0.1
     assert {id(p) for p in no_decay["params"]} == {id(linear.bias), id(norm.weight), id(norm.bias)}
     assert no_decay["weight_decay"] == 0.0
+
+
+def test_optimizer_state_resumes_across_freezing_a_module_and_never_moves_frozen_parameters():
+    trained, later_frozen = nn.Linear(3, 3), nn.Linear(3, 3)
+    optimizer = build_optimizer([trained, later_frozen], 1e-2)
+    (trained(torch.ones(1, 3)).sum() + later_frozen(torch.ones(1, 3)).sum()).backward()
+    optimizer.step()
+    state = optimizer.state_dict()
+
+    later_frozen.requires_grad_(False)
+    before = later_frozen.weight.detach().clone()
+    resumed = build_optimizer([trained, later_frozen], 1e-2)
+    resumed.load_state_dict(state)  # the groups match although part of the model is frozen now
+    resumed.zero_grad(set_to_none=True)
+    later_frozen.weight.grad = None
+    trained(torch.ones(1, 3)).sum().backward()
+    resumed.step()
+    assert torch.equal(later_frozen.weight, before)
 
 
 def test_schedule_warms_up_linearly_then_decays_to_zero():

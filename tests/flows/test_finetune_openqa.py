@@ -1,0 +1,32 @@
+import json
+
+import pytest
+
+from realm.flows.demo import demo_qa_path
+from realm.flows.evaluate import evaluate
+from realm.flows.finetune_openqa import finetune_openqa
+from realm.flows.params import EvaluateParams
+from realm.model.checkpoint import load_components
+from tests.flows.conftest import tiny_params
+
+
+def test_bm25_baseline_fine_tunes_the_reader_alone_and_evaluates_with_bm25_evidence(run_root, tmp_path):
+    """The BERT-Baseline needs no ICT or pre-training: BM25 over the blocks plus a reader."""
+    params = tiny_params(run_root)
+    finetune = params.finetune.model_copy(update={"retriever": "bm25"})
+    result = finetune_openqa(params.run, finetune)
+    assert result["step"] == 4 and result["index"].startswith(str(run_root / "bm25"))
+    assert sorted(load_components(result["checkpoint"])) == ["reader"]
+
+    questions = tmp_path / "qa.jsonl"
+    questions.write_text("\n".join(
+        json.dumps({"question": q, "answers": a, "dataset": "mini"})
+        for q, a in (("Where is the Eiffel Tower?", ["Paris"]), ("What is the capital of France?", ["Paris"]))
+    ))
+    metrics = evaluate(params.run, EvaluateParams(qa=[str(questions), str(demo_qa_path())]))
+    assert metrics["mini"]["n"] == 2 and metrics["demo"]["n"] == 40
+    assert 0.0 <= metrics["demo"]["em"] <= metrics["demo"]["recall_at_20"] <= 1.0
+
+    dense = params.finetune.model_copy(update={"retriever": "dense"})
+    with pytest.raises(FileNotFoundError, match="pre-training checkpoint"):
+        finetune_openqa(params.run, dense)
