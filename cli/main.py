@@ -35,6 +35,8 @@ train     Prefect, one stage at a time:
                       MIPS index re-embedded and swapped in asynchronously every N steps
             finetune  Open-QA: query tower + span reader over the top 5 blocks, index fixed
 evaluate  Prefect: exact match and answer recall@1/5/20 per dataset; predictions/ Parquet.
+reproduce Prefect: REALM vs ICT-only (ORQA) vs BM25 + reader and the paper's ablations,
+          trained and evaluated on one corpus and question set; a table, a chart, Parquet.
 ask       answer a question with a trained run, showing the evidence blocks.
 """
 
@@ -151,6 +153,35 @@ def _evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _reproduce(args: argparse.Namespace, extra: list[str]) -> int:
+    _reject_extra(extra)
+    from pathlib import Path
+
+    from realm.flows.reproduce import ReproduceParams, realm_reproduce
+
+    qa_train, qa_dev = list(args.qa_train), list(args.qa_dev)
+    if args.qa_dir:
+        qa_train += sorted(str(p) for p in Path(args.qa_dir).glob("*.train.jsonl"))
+        qa_dev += sorted(str(p) for p in Path(args.qa_dir).glob("*.dev.jsonl"))
+    if not qa_train:
+        raise SystemExit("realm reproduce: no training questions (pass --qa_dir or --qa_train)")
+    params = ReproduceParams(
+        output=args.output, size=args.size, qa_train=qa_train, qa_dev=qa_dev, seed=args.seed, device=args.device,
+        **({"systems": args.systems} if args.systems else {}),
+    )
+    rows = realm_reproduce(params)
+    print((Path(args.output) / "results.md").read_text())
+    if args.json:
+        table: dict = {}
+        for row in rows:
+            table.setdefault(row["system"], {})[row["dataset"]] = {
+                "em": row["exact_match"], "recall_at_5": row["recall_at_5"],
+                "zero_shot_recall_at_5": row["zero_shot_recall_at_5"], "n": row["n"],
+            }
+        _print_json(table)
+    return 0
+
+
 def _ask(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
     from realm.flows.layout import RunLayout
@@ -158,14 +189,14 @@ def _ask(args: argparse.Namespace, extra: list[str]) -> int:
     from realm.model.checkpoint import latest_checkpoint
     from realm.model.config import ModelConfig
     from realm.model.device import select_device
-    from realm.model.mips import latest_published
     from realm.model.training import set_transformers_verbosity_error
 
     set_transformers_verbosity_error()
     layout = RunLayout.at(args.run)
-    checkpoint, index = latest_checkpoint(layout.checkpoints("finetune")), latest_published(layout.index)
-    if checkpoint is None or index is None or layout.model_preset() is None:
-        raise SystemExit(f"{layout.root}: not a trained run (needs checkpoints/finetune, index/ and run.json)")
+    checkpoint = latest_checkpoint(layout.checkpoints("finetune"))
+    index = layout.index_for(checkpoint) if checkpoint is not None else None
+    if index is None or layout.model_preset() is None:
+        raise SystemExit(f"{layout.root}: not a trained run (needs checkpoints/finetune, index/ or bm25/, and run.json)")
     answerer = Answerer.from_checkpoint(
         str(checkpoint), str(index), layout.blocks, ModelConfig.preset(layout.model_preset()), device=select_device(args.device)
     )
@@ -233,6 +264,23 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--num_read", type=int, default=5)
     evaluate.add_argument("--device")
     evaluate.set_defaults(handler=_evaluate)
+
+    reproduce = commands.add_parser(
+        "reproduce", help="REALM vs ICT-only (ORQA) vs BM25 + reader, with ablations (Prefect flow realm-reproduce)",
+        description="Train and evaluate every system of the reproduction table on one corpus and question set.",
+    )
+    reproduce.add_argument("--output", default="runs/reproduce", help="root of every run it trains")
+    reproduce.add_argument("--size", choices=["tiny", "default", "gpu"], default="default",
+                           help="default: this 2-core CPU, hours; gpu: full-size settings for a CUDA machine")
+    reproduce.add_argument("--qa_dir", help="a folder of <dataset>.train.jsonl and <dataset>.dev.jsonl files")
+    reproduce.add_argument("--qa_train", nargs="+", default=[], help="Open-QA training files")
+    reproduce.add_argument("--qa_dev", nargs="+", default=[], help="Open-QA evaluation files")
+    reproduce.add_argument("--systems", nargs="+", help="a subset of the rows (default: all)")
+    reproduce.add_argument("--seed", type=int, default=0)
+    reproduce.add_argument("--device")
+    reproduce.add_argument("--json", action="store_true",
+                           help='end with one JSON line {"<system>": {"<dataset>": {"em", "recall_at_5", "zero_shot_recall_at_5", "n"}}}')
+    reproduce.set_defaults(handler=_reproduce)
 
     ask = commands.add_parser("ask", help="answer a question with a trained run, with its evidence")
     ask.add_argument("--run", required=True, help="run root")

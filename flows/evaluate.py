@@ -9,7 +9,6 @@ retrieved block ids and p(z|x), and the per-dataset table is published to the Pr
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -109,9 +108,7 @@ def evaluate(run: RunParams = RunParams(), params: EvaluateParams = EvaluatePara
 
     layout = RunLayout.at(run.output)
     checkpoint = checkpoint or latest_checkpoint(layout.checkpoints("finetune"))
-    # A checkpoint without a query tower was fine-tuned on BM25's blocks.
-    dense = checkpoint is not None and (Path(checkpoint) / "query_embedder").is_dir()
-    index_path = index_path or latest_published(layout.index if dense else layout.bm25)
+    index_path = index_path or (layout.index_for(checkpoint) if checkpoint is not None else None)
     if checkpoint is None or index_path is None:
         raise FileNotFoundError(f"{layout.root}: no fine-tuned checkpoint or published index to evaluate")
     model_preset = layout.model_preset() or run.model_preset

@@ -60,6 +60,14 @@ class RunLayout:
     def bm25(self) -> str:
         return self.artifact("bm25")
 
+    def index_for(self, checkpoint: str | Path) -> Path | None:
+        """The newest published index a fine-tuned checkpoint reads: the dense `index/` when
+        it has a query tower, else (fine-tuned on BM25's blocks) `bm25/`."""
+        from realm.model.mips import latest_published
+
+        dense = (Path(checkpoint) / "query_embedder").is_dir()
+        return latest_published(self.index if dense else self.bm25)
+
     @property
     def predictions(self) -> Path:
         return self.root / "predictions"

@@ -4,7 +4,9 @@ Defaults are the `default` run preset: the full vital corpus through the chain i
 hour on a 2-core CPU (model preset `fast`: the first 2 layers of the local MiniLM BERT,
 bf16, no dropout, queries of 64 and blocks of 128 wordpieces; design §5b). `tiny` finishes
 in a few minutes on a few hundred blocks with a randomly initialised 2-layer model: it
-proves the plumbing, not the science.
+proves the plumbing, not the science. `gpu` is the full-size setting for a CUDA machine: the
+6-layer warm start, the paper's 96/288-wordpiece queries and blocks, ten times the steps
+(sized from design §5b's step costs, not yet measured on a GPU).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-RunPreset = Literal["tiny", "default"]
+RunPreset = Literal["tiny", "default", "gpu"]
 
 
 class RunParams(BaseModel):
@@ -97,7 +99,7 @@ class PipelineParams(BaseModel):
 
     @classmethod
     def preset(cls, name: RunPreset, output: str | None = None) -> PipelineParams:
-        params = cls() if name == "default" else _tiny()
+        params = {"default": cls, "tiny": _tiny, "gpu": _gpu}[name]()
         if output:
             params.run.output = output
         return params
@@ -110,4 +112,15 @@ def _tiny() -> PipelineParams:
         ict=IctParams(steps=40, batch_size=16, warmup_steps=4, checkpoint_every=20, heldout_examples=64),
         pretrain=PretrainParams(steps=30, batch_size=4, warmup_steps=3, checkpoint_every=10, refresh_every=10, heldout_examples=32),
         finetune=FinetuneParams(steps=20, batch_size=4, warmup_steps=2, checkpoint_every=10),
+    )
+
+
+def _gpu() -> PipelineParams:
+    lengths = {"max_query_wordpieces": 96, "max_block_wordpieces": 288}
+    return PipelineParams(
+        run=RunParams(model_preset="default"),
+        ict=IctParams(steps=3000, batch_size=128, warmup_steps=300, checkpoint_every=500, **lengths),
+        pretrain=PretrainParams(steps=3000, batch_size=32, warmup_steps=300, checkpoint_every=250, refresh_every=250,
+                                heldout_examples=1024, **lengths),
+        finetune=FinetuneParams(steps=2000, batch_size=32, warmup_steps=200, checkpoint_every=500),
     )

@@ -163,3 +163,27 @@ class Answerer:
             answer = span_text(self.tokenizer, bodies[row][best.candidate], best.start, best.end)
             predictions.append(Prediction(question, answer, score, float(np.exp(score)), evidence))
         return predictions
+
+
+@torch.inference_mode()
+def retrieval_ranks(
+    retriever: QuestionRetriever,
+    blocks: BlockStore,
+    tokenizer: WordPieceTokenizer,
+    examples: Sequence,
+    k: int,
+    batch_size: int = 64,
+) -> list[int | None]:
+    """`answer_rank` of each `examples` item (a QAExample) among its top-k retrieved blocks,
+    with no reader: what a retriever finds before fine-tuning (zero-shot recall@k)."""
+    for module in retriever.trainable_modules():
+        module.eval()
+    ranks: list[int | None] = []
+    for start in range(0, len(examples), batch_size):
+        batch = examples[start : start + batch_size]
+        questions = [e.question for e in batch]
+        hits = retriever.retrieve(questions, question_wordpieces(tokenizer, questions), k)
+        for example, row_ids, row_found in zip(batch, hits.block_ids, hits.found):
+            evidence = [Evidence(int(b), "", blocks.text(int(b)), 0.0) for b, ok in zip(row_ids, row_found) if ok]
+            ranks.append(answer_rank(evidence, example.answers, example.answer_type))
+    return ranks

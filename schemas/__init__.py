@@ -11,6 +11,7 @@ from realm.schemas.embeddings import EMBEDDING_DIM, EMBEDDINGS
 from realm.schemas.examples import ICT_EXAMPLES, PRETRAIN_EXAMPLES, SPAN
 from realm.schemas.io import SchemaMismatchError, read_table, validate_table, write_table
 from realm.schemas.predictions import PREDICTIONS
+from realm.schemas.reproduction import REPRODUCTION_RESULTS
 
 # Artifact directory name -> schema: what `realm` writes under a run root.
 ARTIFACTS = {
@@ -21,6 +22,7 @@ ARTIFACTS = {
     "dead_letter": DEAD_LETTER,
     "embeddings": EMBEDDINGS,
     "predictions": PREDICTIONS,
+    "reproduction": REPRODUCTION_RESULTS,
 }
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "MAX_RAW_CHARS",
     "PREDICTIONS",
     "PRETRAIN_EXAMPLES",
+    "REPRODUCTION_RESULTS",
     "SPAN",
     "SchemaMismatchError",
     "dead_letter_record",

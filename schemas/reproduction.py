@@ -1,0 +1,16 @@
+"""`reproduction/results.parquet`: one row per (system, dataset) of the REALM vs ORQA vs BM25 table."""
+
+import pyarrow as pa
+
+REPRODUCTION_RESULTS = pa.schema(
+    [
+        pa.field("system", pa.string(), nullable=False),  # bm25, orqa, realm, or an ablation's name
+        pa.field("dataset", pa.string(), nullable=False),
+        pa.field("n", pa.int64(), nullable=False),  # questions evaluated
+        pa.field("exact_match", pa.float64(), nullable=False),
+        pa.field("recall_at_5", pa.float64(), nullable=False),  # after fine-tuning
+        pa.field("zero_shot_recall_at_5", pa.float64(), nullable=False),  # the retriever before fine-tuning
+        pa.field("train_seconds", pa.float64(), nullable=False),  # every stage the system needs, shared ones included
+        pa.field("seed", pa.int64(), nullable=False),
+    ]
+)

@@ -1,0 +1,65 @@
+import json
+
+import pyarrow.parquet as pq
+
+from realm.flows.reproduce import SYSTEMS, ReproduceParams, realm_reproduce, split_questions
+from realm.schemas import REPRODUCTION_RESULTS, read_table
+from tests.flows.conftest import tiny_params
+
+# Facts of the first vital articles the prepared fixture holds, in the shared data's format.
+TRAIN = [
+    {"question": f"question {i} about the first articles?", "answers": ["the"], "dataset": "nq"} for i in range(30)
+] + [{"question": f"webquestion {i}?", "answers": ["of"], "dataset": "wq"} for i in range(20)]
+DEV = [{"question": "dev question about history?", "answers": ["history"], "dataset": "nq"}]
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_held_out_questions_are_stable_disjoint_and_only_taken_where_no_dev_file_exists(tmp_path):
+    params = ReproduceParams(
+        qa_train=[_write(tmp_path / "train.jsonl", TRAIN)], qa_dev=[_write(tmp_path / "dev.jsonl", DEV)], dev_fraction=0.25
+    )
+    train, evaluation = split_questions(params, tmp_path / "split")
+    again_train, again_eval = split_questions(params, tmp_path / "again")
+    rows = lambda path: [json.loads(line) for line in open(path)]  # noqa: E731
+    assert [p.rsplit("/", 1)[1] for p in evaluation] == ["nq.eval.jsonl", "wq.eval.jsonl"]
+    assert rows(evaluation[0]) == [{**DEV[0], "answer_type": "text"}]  # nq has a dev file: none held out
+    held_out = {r["question"] for r in rows(evaluation[1])}
+    trained = {r["question"] for r in rows(train)}
+    assert 0 < len(held_out) < 20 and not held_out & trained
+    assert len(trained) + len(held_out) == len(TRAIN)
+    assert rows(again_eval[1]) == rows(evaluation[1]) and rows(again_train) == rows(train)
+
+
+def test_every_system_of_the_table_trains_evaluates_and_is_reported(run_root, tmp_path):
+    stages = tiny_params(run_root / "base")
+    stages.prepare.beam_args = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
+    params = ReproduceParams(
+        output=str(run_root), qa_train=[_write(tmp_path / "train.jsonl", TRAIN)],
+        qa_dev=[_write(tmp_path / "dev.jsonl", DEV)], stages=stages, stale_factor=30,
+    )
+    # The fixture's prepared corpus becomes the reproduction's base run (prepare is then cached work).
+    (run_root / "base").mkdir()
+    for name in ("documents", "blocks", "pretrain_examples", "ict_examples", "dead_letter", "summary"):
+        (run_root / name).rename(run_root / "base" / name)
+    rows = realm_reproduce(params)
+
+    assert {(r["system"], r["dataset"]) for r in rows} == {(s, d) for s in SYSTEMS for d in ("nq", "wq")}
+    table = read_table(str(run_root / "results.parquet"), REPRODUCTION_RESULTS)
+    assert table.num_rows == 2 * len(SYSTEMS)
+    for row in rows:
+        assert 0.0 <= row["exact_match"] <= 1.0 and 0.0 <= row["zero_shot_recall_at_5"] <= 1.0
+        assert row["train_seconds"] > 0 and row["seed"] == 0
+    stage = json.loads((run_root / "stage_seconds.json").read_text())
+    seconds = {r["system"]: r["train_seconds"] for r in rows}
+    assert seconds["bm25"] == stage["prepare"] + stage["finetune_bm25"]  # no ICT, no pre-training
+    assert seconds["orqa"] == stage["prepare"] + stage["ict"] + stage["ict_index"] + stage["finetune_orqa"]
+    assert seconds["stale_index"] == stage["prepare"] + stage["ict"] + stage["pretrain_stale_index"] + stage["finetune_stale_index"]
+    markdown = (run_root / "results.md").read_text()
+    assert all(f"| {system} |" in markdown for system in SYSTEMS)
+    assert (run_root / "results.png").stat().st_size > 0
+    assert pq.read_schema(run_root / "results.parquet").names == REPRODUCTION_RESULTS.names
+    assert (run_root / "stale_index" / "index").is_dir() and (run_root / "systems" / "bm25" / "bm25").is_dir()
