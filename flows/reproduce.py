@@ -231,18 +231,23 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
         "random_spans": {"random_spans": True},
         "stale_index": {"refresh_every": stages.pretrain.refresh_every * params.stale_factor},
     }
-    pretrained = {}
-    for variant in sorted({spec.pretrain for spec in specs.values() if spec.pretrain}):
-        with timer(f"pretrain_{variant}"):
-            pretrained[variant] = realm_pretrain(
-                linked_run(root / variant, base), stages.pretrain.model_copy(update=pretrain_updates[variant]),
-                init_retriever=ict["checkpoint"],
-            )
+    pretrained: dict[str, dict] = {}
 
+    def pretrain(variant: str) -> dict:
+        """Pre-train `variant` the first time a system needs it."""
+        if variant not in pretrained:
+            with timer(f"pretrain_{variant}"):
+                pretrained[variant] = realm_pretrain(
+                    linked_run(root / variant, base), stages.pretrain.model_copy(update=pretrain_updates[variant]),
+                    init_retriever=ict["checkpoint"],
+                )
+        return pretrained[variant]
+
+    # System by system, publishing the table after each, so a long run shows its rows as they come.
     rows = []
     for name, spec in specs.items():
         run = linked_run(root / "systems" / name, base)
-        source = pretrained.get(spec.pretrain)
+        source = pretrain(spec.pretrain) if spec.pretrain else None
         needed = ["prepare"] + ([] if spec.retriever == "bm25" else ["ict"])
         needed += [f"pretrain_{spec.pretrain}"] if spec.pretrain else []
         if spec.retriever == "bm25":
@@ -269,8 +274,7 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
                 "zero_shot_recall_at_5": zero_shot[dataset], "train_seconds": seconds, "seed": params.seed,
             })
         logger.info("%s: %s", name, ", ".join(f"{d} EM {m['em']:.3f}" for d, m in metrics.items()))
-
-    publish_results(rows, root)
+        publish_results(rows, root)
     return rows
 
 
