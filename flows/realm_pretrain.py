@@ -130,8 +130,10 @@ def _log_heldout(logger, reporter: TrainingReporter, trainer) -> dict:
     """Evaluate the held-out masked spans now; logged, and recorded with the step in the metrics file."""
     evaluation = trainer.evaluate_masked_spans()
     logger.info(
-        "step %d: held-out masked-span accuracy %.3f with retrieval vs %.3f with the null document alone (%d examples)",
+        "step %d: held-out masked-span accuracy %.3f with retrieval vs %.3f with the null document alone "
+        "(%d examples; the span occurs in a retrieved block for %.3f)",
         trainer.step, evaluation["accuracy_with_retrieval"], evaluation["accuracy_null_only"], evaluation["examples"],
+        evaluation["span_in_candidates"],
     )
     reporter.record({"step": trainer.step, **evaluation})
     return evaluation
@@ -142,7 +144,8 @@ def _publish_summary(evaluation: dict, refreshes: list[dict]) -> None:
         key="realm-pretrain-heldout",
         markdown="## REALM pre-training, held-out masked spans\n\n| | accuracy |\n|---|---|\n"
         f"| with retrieval (top-k marginal) | {evaluation['accuracy_with_retrieval']:.3f} |\n"
-        f"| null document alone | {evaluation['accuracy_null_only']:.3f} |\n\n"
+        f"| null document alone | {evaluation['accuracy_null_only']:.3f} |\n"
+        f"| masked span found verbatim in a retrieved block (what copying could reach) | {evaluation['span_in_candidates']:.3f} |\n\n"
         f"{evaluation['examples']} held-out examples, never trained on.",
         description="masked-span accuracy with retrieval vs the null document alone",
     )

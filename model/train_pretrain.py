@@ -50,6 +50,7 @@ from realm.model.pretrain import (
     pretrain_loss,
     retrieval_logits,
     retrieve,
+    span_in_candidates,
 )
 from realm.model.retriever import Embedder, Retriever
 from realm.model.tokenization import BLOCK_SPECIAL_TOKENS, MAX_BLOCK_WORDPIECES, MAX_PRETRAIN_QUERY_WORDPIECES
@@ -174,6 +175,7 @@ class _StepOutputs:
     log_p_z_given_x: torch.Tensor  # [batch, k] detached
     predictions: torch.Tensor  # [batch, max_masks] argmax of the per-position marginal
     null_predictions: torch.Tensor  # [batch, max_masks] argmax with the null document alone
+    span_in_candidates: np.ndarray  # [batch] bool, see `realm.model.pretrain.span_in_candidates`
 
 
 def span_correct(predictions: torch.Tensor, batch: PretrainBatch) -> torch.Tensor:
@@ -311,6 +313,7 @@ class PretrainTrainer:
             log_p_z_given_x=log_p_z_given_x,
             predictions=marginal_predictions(log_p_z_given_x, vocab_log_probs),
             null_predictions=vocab_log_probs[:, 0].argmax(dim=-1),  # column 0: the null document
+            span_in_candidates=span_in_candidates(self.blocks, batch, candidates),
         )
 
     def _train_mode(self, training: bool) -> None:
@@ -325,7 +328,9 @@ class PretrainTrainer:
         argmax of the per-position marginal Σ_z p(z|x) p(v|z,x) (train mode, before the
         update); retrieval_entropy, the mean entropy (nats) of p(z|x) over the candidates
         (null included, padding has p = 0; at most log k); null_document_probability, the
-        mean p(null|x); num_random_spans; learning_rate; index_snapshot_step and index_age."""
+        mean p(null|x); span_in_candidates, the fraction of the batch whose masked wordpieces
+        occur verbatim in a retrieved block (what copying could reach); num_random_spans;
+        learning_rate; index_snapshot_step and index_age."""
         index = self._index_in_use()
         batch = self._batch(batch_rows(self.train_rows, self.config.batch_size, self.config.seed, self.step))
         self._train_mode(True)
@@ -340,6 +345,7 @@ class PretrainTrainer:
             mlm_accuracy=span_correct(outputs.predictions, batch).float().mean().item(),
             retrieval_entropy=entropy.mean().item(),
             null_document_probability=p_z[:, 0].mean().item(),
+            span_in_candidates=float(outputs.span_in_candidates.mean()),
             num_random_spans=batch.num_random_spans,
             learning_rate=self.scheduler.get_last_lr()[0],
             index_snapshot_step=self.index_snapshot_step,
@@ -352,23 +358,26 @@ class PretrainTrainer:
         `accuracy_with_retrieval` predicts each masked wordpiece by the argmax of the
         per-position marginal Σ_z p(z|x) p(v|z,x) over the k candidates (null included);
         `accuracy_null_only` by the encoder reading `[CLS] x [SEP] [SEP]` alone. A span counts
-        only if all its wordpieces are right. Draws no random numbers, so it never changes
-        what the next training step does."""
+        only if all its wordpieces are right. `span_in_candidates`: the fraction of examples
+        whose masked wordpieces occur verbatim in a retrieved block. Draws no random numbers,
+        so it never changes what the next training step does."""
         index = self._index_in_use()
         self._train_mode(False)
-        with_retrieval = null_only = 0
+        with_retrieval = null_only = in_candidates = 0
         try:
             for start in range(0, len(self.heldout_rows), self.config.batch_size):
                 batch = self._batch(self.heldout_rows[start : start + self.config.batch_size])
                 outputs = self._forward(index, batch)
                 with_retrieval += span_correct(outputs.predictions, batch).sum().item()
                 null_only += span_correct(outputs.null_predictions, batch).sum().item()
+                in_candidates += int(outputs.span_in_candidates.sum())
         finally:
             self._train_mode(True)
         examples = len(self.heldout_rows)
         return {
             "accuracy_with_retrieval": with_retrieval / examples,
             "accuracy_null_only": null_only / examples,
+            "span_in_candidates": in_candidates / examples,
             "examples": examples,
         }
 

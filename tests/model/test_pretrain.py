@@ -17,6 +17,7 @@ from realm.model.pretrain import (
     random_span,
     retrieval_logits,
     retrieve,
+    span_in_candidates,
 )
 from realm.model.retriever import build_retriever
 from tests.model.corpus_fixture import CORPUS
@@ -119,3 +120,23 @@ def test_examples_without_a_salient_span_fall_back_to_a_seeded_random_span(token
     span = random_span(-5, 30)
     assert span == random_span(-5, 30) and 1 <= len(span) <= 10
     assert batch.mlm_positions[0, : len(span)].tolist() == [p + 1 for p in span]
+
+
+def test_span_in_candidates_finds_the_masked_wordpieces_verbatim_in_a_real_candidate(setup, tokenizer):
+    retriever, _, index, blocks, _ = setup
+    token_ids = tokenizer.encode("Paris lies on a river in France, far from Africa.")
+    # "river in" stands in the Nile block; "paris" only in the excluded Paris and Seine blocks;
+    # no block has "in france".
+
+    def masked(*wanted):
+        positions = [token_ids.index(tokenizer.encode(w)[0]) for w in wanted]
+        example = {"example_id": 1, "origin_block_id": ORIGIN, "forbidden_block_ids": [ORIGIN, FORBIDDEN],
+                   "token_ids": token_ids, "masked_token_positions": positions}
+        return make_pretrain_batch(tokenizer, [example])
+
+    found = {}
+    for span in (("river",), ("river", "in"), ("in", "france"), ("paris",)):
+        batch = masked(*span)
+        _, candidates = retrieve(retriever, index, batch, num_candidates=8, device=CPU)
+        found[span] = bool(span_in_candidates(blocks, batch, candidates)[0])
+    assert found == {("river",): True, ("river", "in"): True, ("in", "france"): False, ("paris",): False}
