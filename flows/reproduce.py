@@ -31,9 +31,8 @@ import json
 import os
 import time
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -72,8 +71,7 @@ class ReproduceParams(BaseModel):
     stages: PipelineParams | None = Field(None, description="every stage's parameters (default: the `size` preset)")
 
 
-@dataclass(frozen=True)
-class SystemSpec:
+class SystemSpec(NamedTuple):
     pretrain: str | None  # the pre-training variant its retriever or reader comes from
     retriever: Literal["bm25", "ict", "pretrain"]
     reader: Literal["warm_start", "pretrain"]
