@@ -146,7 +146,8 @@ def _publish_summary(evaluation: dict, refreshes: list[dict]) -> None:
         f"| with retrieval (top-k marginal) | {evaluation['accuracy_with_retrieval']:.3f} |\n"
         f"| null document alone | {evaluation['accuracy_null_only']:.3f} |\n"
         f"| masked span found verbatim in a retrieved block (what copying could reach) | {evaluation['span_in_candidates']:.3f} |\n\n"
-        f"{evaluation['examples']} held-out examples, never trained on.",
+        f"{evaluation['examples']} held-out examples, never trained on; right only with retrieval: "
+        f"{evaluation['right_only_with_retrieval']}, right only with the null document: {evaluation['right_only_null']}.",
         description="masked-span accuracy with retrieval vs the null document alone",
     )
     if refreshes:

@@ -359,17 +359,23 @@ class PretrainTrainer:
         per-position marginal Σ_z p(z|x) p(v|z,x) over the k candidates (null included);
         `accuracy_null_only` by the encoder reading `[CLS] x [SEP] [SEP]` alone. A span counts
         only if all its wordpieces are right. `span_in_candidates`: the fraction of examples
-        whose masked wordpieces occur verbatim in a retrieved block. Draws no random numbers,
+        whose masked wordpieces occur verbatim in a retrieved block. `right_only_with_retrieval`
+        and `right_only_null` count the examples only one of the two gets right: the
+        discordant pairs a paired (McNemar) test of the difference reads. Draws no random numbers,
         so it never changes what the next training step does."""
         index = self._index_in_use()
         self._train_mode(False)
-        with_retrieval = null_only = in_candidates = 0
+        with_retrieval = null_only = in_candidates = only_with_retrieval = only_null = 0
         try:
             for start in range(0, len(self.heldout_rows), self.config.batch_size):
                 batch = self._batch(self.heldout_rows[start : start + self.config.batch_size])
                 outputs = self._forward(index, batch)
-                with_retrieval += span_correct(outputs.predictions, batch).sum().item()
-                null_only += span_correct(outputs.null_predictions, batch).sum().item()
+                retrieval_right = span_correct(outputs.predictions, batch)
+                null_right = span_correct(outputs.null_predictions, batch)
+                with_retrieval += retrieval_right.sum().item()
+                null_only += null_right.sum().item()
+                only_with_retrieval += (retrieval_right & ~null_right).sum().item()
+                only_null += (null_right & ~retrieval_right).sum().item()
                 in_candidates += int(outputs.span_in_candidates.sum())
         finally:
             self._train_mode(True)
@@ -378,6 +384,8 @@ class PretrainTrainer:
             "accuracy_with_retrieval": with_retrieval / examples,
             "accuracy_null_only": null_only / examples,
             "span_in_candidates": in_candidates / examples,
+            "right_only_with_retrieval": only_with_retrieval,
+            "right_only_null": only_null,
             "examples": examples,
         }
 

@@ -165,8 +165,13 @@ def test_the_loss_goes_down_on_the_toy_corpus(corpus, tmp_path, tiny_config):
 
 def test_evaluate_masked_spans_reports_both_accuracies_on_the_heldout_examples(corpus, tmp_path, tiny_config):
     result = _trainer(corpus, tmp_path, tiny_config).evaluate_masked_spans()
-    assert result["examples"] == CONFIG.heldout_examples
+    n = result["examples"]
+    assert n == CONFIG.heldout_examples
     assert 0.0 <= result["accuracy_with_retrieval"] <= 1.0 and 0.0 <= result["accuracy_null_only"] <= 1.0
+    assert 0.0 <= result["span_in_candidates"] <= 1.0
+    # The accuracies differ by exactly the discordant examples, which a paired test reads.
+    difference = round(n * result["accuracy_with_retrieval"]) - round(n * result["accuracy_null_only"])
+    assert difference == result["right_only_with_retrieval"] - result["right_only_null"]
 
 
 def test_fit_block_batch_cuts_bodies_to_the_block_budget_like_join():
