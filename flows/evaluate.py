@@ -104,7 +104,6 @@ def evaluate(run: RunParams = RunParams(), params: EvaluateParams = EvaluatePara
              checkpoint: str | None = None, index_path: str | None = None) -> dict[str, dict]:
     """Evaluate the run's latest fine-tuned checkpoint (or `checkpoint`) on `params.qa`."""
     from realm.model.checkpoint import latest_checkpoint
-    from realm.model.mips import latest_published
 
     layout = RunLayout.at(run.output)
     checkpoint = checkpoint or latest_checkpoint(layout.checkpoints("finetune"))

@@ -47,14 +47,20 @@ def train_finetune_stage(
 
 @task(name="realm-build-bm25-index", cache_policy=NO_CACHE)
 def build_bm25_index(output: str) -> str:
-    """The run's published BM25 index over its blocks, built now if it has none."""
+    """The run's published BM25 index over its blocks, built now if it has none (or if the
+    blocks were prepared again since: its block count differs)."""
     import time
 
+    import pyarrow.parquet as pq
+
     from realm.model.bm25 import Bm25Index
-    from realm.model.mips import latest_published
+    from realm.model.mips import latest_published, read_manifest
+    from realm.schemas.io import parquet_files
 
     layout = RunLayout.at(output)
-    if (published := latest_published(layout.bm25)) is not None:
+    published = latest_published(layout.bm25)
+    blocks = sum(pq.ParquetFile(f).metadata.num_rows for f in parquet_files(layout.blocks))
+    if published is not None and read_manifest(published)["count"] == blocks:
         return str(published)
     started = time.perf_counter()
     index = Bm25Index.from_blocks(layout.blocks)

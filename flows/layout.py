@@ -61,10 +61,15 @@ class RunLayout:
         return self.artifact("bm25")
 
     def index_for(self, checkpoint: str | Path) -> Path | None:
-        """The newest published index a fine-tuned checkpoint reads: the dense `index/` when
-        it has a query tower, else (fine-tuned on BM25's blocks) `bm25/`."""
-        from realm.model.mips import latest_published
+        """The index a fine-tuned checkpoint was trained against (recorded in it; it may live
+        in another run root, as in a reproduction), else the run's newest: the dense `index/`
+        when the checkpoint has a query tower, `bm25/` when it was fine-tuned on BM25's blocks."""
+        from realm.model.checkpoint import checkpoint_extra
+        from realm.model.mips import MANIFEST_FILE, latest_published
 
+        recorded = checkpoint_extra(checkpoint).get("index_path")
+        if recorded and (Path(recorded) / MANIFEST_FILE).is_file():
+            return Path(recorded)
         dense = (Path(checkpoint) / "query_embedder").is_dir()
         return latest_published(self.index if dense else self.bm25)
 

@@ -11,6 +11,9 @@ This flow trains and evaluates, on one corpus and one set of questions, the syst
     baseline_retriever_realm_encoder  ICT's query tower and index, reader from REALM's encoder
     random_spans                      REALM pre-trained on random instead of salient spans
     stale_index                       REALM pre-trained with an index refreshed `stale_factor`x less often
+                                      (x30 of the presets' refresh interval exceeds their step counts:
+                                      the index of the ICT towers is then never refreshed while
+                                      pre-training; fine-tuning still reads one built at the end)
 
 Layout under `output`: `base/` holds the prepared corpus, the ICT warm start and its index
 (`base/index/<ict step>/`); each pre-training variant has a run root of its own (`realm/`,
@@ -18,7 +21,9 @@ Layout under `output`: `base/` holds the prepared corpus, the ICT warm start and
 (`systems/<name>/`), all reading `base/`'s corpus through symbolic links. Every stage is a
 cached flow, so a re-run skips what is done and an interrupted one resumes. Results:
 `results.parquet` (schema `REPRODUCTION_RESULTS`), `results.md`, `results.png`, and the same
-table as a Prefect artifact. Wall time per system adds every stage it needs, shared ones
+table as a Prefect artifact. `qa/split.json` records a digest of the question split; a re-run
+whose split differs (other files, seed or fraction) stops instead of evaluating models trained
+on the old one. Wall time per system adds every stage it needs, shared ones
 included (the cost of training that system alone); a stage's time is recorded the first time
 it completes, so cache hits on a re-run do not count as free.
 """
@@ -111,22 +116,28 @@ def split_questions(params: ReproduceParams, directory: Path) -> tuple[str, list
             evaluation[example.dataset].append(example)
         else:
             kept.append(example)
+    files = {"train.jsonl": kept} | {f"{d}.eval.jsonl": examples for d, examples in sorted(evaluation.items())}
+    texts = {name: _questions_jsonl(examples) for name, examples in files.items()}
+    digest = hashlib.sha256(json.dumps(texts, sort_keys=True).encode()).hexdigest()
+    record = directory / "split.json"
+    if record.exists() and json.loads(record.read_text())["sha256"] != digest:
+        raise ValueError(
+            f"{directory}: the question split differs from the one this reproduction trained on "
+            "(other files, seed or dev_fraction); use a new output root"
+        )
     directory.mkdir(parents=True, exist_ok=True)
-    train_path = directory / "train.jsonl"
-    _write_questions(train_path, kept)
-    eval_paths = []
-    for dataset, examples in sorted(evaluation.items()):
-        eval_paths.append(str(directory / f"{dataset}.eval.jsonl"))
-        _write_questions(Path(eval_paths[-1]), examples)
-    return str(train_path), eval_paths
+    for name, text in texts.items():
+        (directory / name).write_text(text, encoding="utf-8")
+    record.write_text(json.dumps({"sha256": digest, "files": sorted(texts)}, indent=2))
+    return str(directory / "train.jsonl"), [str(directory / name) for name in texts if name != "train.jsonl"]
 
 
-def _write_questions(path: Path, examples) -> None:
+def _questions_jsonl(examples) -> str:
     rows = [
         {"question": e.question, "answers": list(e.answers), "dataset": e.dataset, "answer_type": e.answer_type}
         for e in examples
     ]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return "".join(json.dumps(row) + "\n" for row in rows)
 
 
 def linked_run(root: Path, base: RunParams) -> RunParams:
@@ -204,6 +215,8 @@ def zero_shot_recall(
 
 @flow(name="realm-reproduce")
 def realm_reproduce(params: ReproduceParams) -> list[dict]:
+    from realm.model.train_finetune import WARM_START
+
     logger = get_run_logger()
     root = Path(params.output).expanduser().resolve()
     stages = params.stages or PipelineParams.preset(params.size)
@@ -249,13 +262,15 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
         needed = ["prepare"] + ([] if spec.retriever == "bm25" else ["ict"])
         needed += [f"pretrain_{spec.pretrain}"] if spec.pretrain else []
         if spec.retriever == "bm25":
-            query_checkpoint, index_path = None, build_bm25_index(run.output)
+            with timer(f"bm25_index_{name}"):
+                query_checkpoint, index_path = None, build_bm25_index(run.output)
+            needed.append(f"bm25_index_{name}")
         elif spec.retriever == "ict":
             query_checkpoint, index_path = ict["checkpoint"], ict_index
             needed.append("ict_index")
         else:
             query_checkpoint, index_path = source["checkpoint"], source["index"]
-        reader_init = source["checkpoint"] if spec.reader == "pretrain" else ict["checkpoint"] if ict else None
+        reader_init = source["checkpoint"] if spec.reader == "pretrain" else WARM_START
         zero_shot = zero_shot_recall(run.output, run.model_preset, eval_files, index_path, query_checkpoint, run.device)
 
         finetune_params = stages.finetune.model_copy(

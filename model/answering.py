@@ -74,11 +74,12 @@ class Answerer:
         model_config: ModelConfig,
         device: torch.device | None = None,
     ):
-        """`blocks` must hold title and text (`BlockStore.from_parquet(path, with_text=True)`)."""
-        self.device = device or select_device()
+        """`blocks` must hold title and text (`BlockStore.from_parquet(path, with_text=True)`).
+        The reader runs on `device` (default: the retriever's, else CUDA when present)."""
+        self.device = device or getattr(retriever, "device", None) or select_device()
         self.retriever = retriever
         for module in retriever.trainable_modules():
-            module.to(self.device).eval()
+            module.eval()
         self.reader = reader.to(self.device).eval()
         self.blocks = blocks
         self.tokenizer = tokenizer

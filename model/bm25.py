@@ -17,11 +17,11 @@ from pathlib import Path
 
 import bm25s
 import numpy as np
-import pyarrow.parquet as pq
 import Stemmer
 
 from realm.model.mips import MANIFEST_FILE, IndexIntegrityError, file_sha256, read_manifest
 from realm.model.publish import publish, staging_dir
+from realm.schemas import BLOCKS, read_table
 
 INDEX_TYPE = "bm25"
 BLOCK_IDS_FILE = "block_ids.npy"
@@ -58,14 +58,15 @@ class Bm25Index:
     def from_blocks(cls, blocks_path: str) -> Bm25Index:
         """Over `blocks/` Parquet: each block's title and text (the whole `[CLS] title [SEP]
         body [SEP]` block a dense retriever sees)."""
-        table = pq.read_table(blocks_path, columns=["block_id", "title", "text"])
+        table = read_table(blocks_path, BLOCKS, columns=["block_id", "title", "text"])
         texts = [f"{title} {text}" for title, text in zip(table["title"].to_pylist(), table["text"].to_pylist())]
         return cls.build(table["block_id"].to_numpy(), texts)
 
     def search_texts(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores [n, k] float32, block_ids [n, k] int64) best first, as `MipsIndex.search`:
-        slots past the corpus's end hold -inf and -1. A question with no indexed term scores 0
-        everywhere; its blocks come back in index order."""
+        slots past the corpus's end hold -inf and -1. Blocks sharing no term with the question
+        score 0 and still fill the top k (in no particular order among themselves): a
+        retriever always returns k blocks, as the dense one does."""
         n = len(questions)
         scores = np.full((n, k), -np.inf, dtype=np.float32)
         block_ids = np.full((n, k), -1, dtype=np.int64)

@@ -80,6 +80,11 @@ def load_components(path: str | os.PathLike, device: torch.device | None = None)
     return {name: model.to(device) for name, model in components.items()} if device else components
 
 
+def checkpoint_extra(path: str | os.PathLike) -> dict:
+    """The caller's `extra` state saved with checkpoint `path` (no models or optimizer loaded)."""
+    return torch.load(Path(path) / TRAINING_STATE_FILE, weights_only=True)["extra"]
+
+
 def restore_training_state(
     path: str | os.PathLike,
     optimizer: torch.optim.Optimizer | None = None,
@@ -91,7 +96,13 @@ def restore_training_state(
         if target is not None:
             if state[name] is None:
                 raise ValueError(f"{path}: checkpoint holds no {name} state")
-            target.load_state_dict(state[name])
+            try:
+                target.load_state_dict(state[name])
+            except ValueError as error:  # e.g. parameter groups of another size
+                raise ValueError(
+                    f"{path}: its {name} state does not fit this run's model ({error}); was it saved by another "
+                    "model preset or an older realm? Resume with the settings it was saved with, or start a new run root"
+                ) from error
     _restore_rng(state["rng"])
     return TrainingState(step=state["step"], extra=state["extra"])
 

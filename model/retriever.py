@@ -48,7 +48,8 @@ class Retriever(nn.Module):
 
     @freeze_doc_tower.setter
     def freeze_doc_tower(self, frozen: bool) -> None:
-        # requires_grad too, so an optimizer built over trainable parameters skips the tower.
+        # requires_grad too, so no gradient is computed for the tower (the optimizer, which
+        # holds every parameter, then leaves it where it is).
         self._freeze_doc_tower = frozen
         self.doc_embedder.requires_grad_(not frozen)
 

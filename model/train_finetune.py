@@ -62,6 +62,10 @@ from realm.model.training import (
 
 log = logging.getLogger(__name__)
 
+# `reader_init` value: the reader starts from the model config's warm start, whatever
+# `init_checkpoint` holds (the ablations' "baseline encoder").
+WARM_START = "warm-start"
+
 # Questions counted over a run (kept in the checkpoint, so a resumed run goes on counting).
 COUNTS = ("examples_seen", "without_answer_in_retrieval", "without_answer_in_read")
 
@@ -171,7 +175,7 @@ def finetune_loss(
         for row, example in zip(bodies, examples)
     ]  # [batch][retrieve] lists of (start, end)
     holds_answer = torch.tensor([[bool(spans) for spans in row] for row in golds], device=device)  # [batch, retrieve]
-    if retrieval_logits.requires_grad:
+    if retriever.trainable_modules():
         retriever_loss = early_update_loss(retrieval_logits, holds_answer, retrieved_mask)
     else:  # BM25: nothing to train
         retriever_loss = retrieval_logits.new_zeros(())
@@ -208,7 +212,7 @@ def initial_components(
     """reader (and query_embedder when `with_query_embedder`) of a fresh run (module
     docstring); the reader's span MLP is always freshly initialised."""
     components: dict[str, PreTrainedModel] = {"reader": build_reader(model_config)}
-    reader_init = reader_init or init_checkpoint
+    reader_init = None if reader_init == WARM_START else reader_init or init_checkpoint
     if with_query_embedder:
         components["query_embedder"] = build_component(Embedder, model_config)
         if init_checkpoint is not None:
@@ -285,7 +289,7 @@ def train_finetune(
     log.info("fine-tuning on %d questions from step %d to %d", len(examples), step, config.steps)
 
     def save() -> str:
-        extra = {"loss": final_loss, "counts": counts}
+        extra = {"loss": final_loss, "counts": counts, "index_path": str(index_path)}
         return str(save_checkpoint(checkpoint_root, step, trained, optimizer, scheduler, extra=extra))
 
     while step < config.steps:

@@ -20,7 +20,7 @@ from realm.model.question_retrieval import DenseRetriever
 from realm.model.reader import build_reader, find_gold_spans, reader_inputs, reader_log_likelihood, span_text
 from realm.model.retriever import Embedder
 from realm.model.tokenization import join
-from realm.model.train_finetune import FinetuneConfig, finetune_loss, regex_gold_spans, train_finetune
+from realm.model.train_finetune import WARM_START, FinetuneConfig, finetune_loss, regex_gold_spans, train_finetune
 from tests.model.test_answering import write_qa_corpus
 
 CPU = torch.device("cpu")
@@ -202,9 +202,10 @@ def test_reader_init_gives_the_ablations_their_mixed_starting_points(qa_corpus, 
     for key, value in other_encoder["encoder"].bert.state_dict().items():
         assert torch.equal(started["reader"].bert.state_dict()[key], value), key
 
-    baseline, _ = _train(qa_corpus, tmp_path / "baseline", tiny_config, no_steps, init_checkpoint=paths["realm"], reader_init=paths["ict"])
-    reader = load_components(baseline["checkpoint"])["reader"].bert.state_dict()
-    assert not all(torch.equal(reader[k], v) for k, v in realm["encoder"].bert.state_dict().items())
+    for name, reader_init in (("from-ict", paths["ict"]), ("warm-start", WARM_START)):
+        baseline, _ = _train(qa_corpus, tmp_path / name, tiny_config, no_steps, init_checkpoint=paths["realm"], reader_init=reader_init)
+        reader = load_components(baseline["checkpoint"])["reader"].bert.state_dict()
+        assert not all(torch.equal(reader[k], v) for k, v in realm["encoder"].bert.state_dict().items()), name
 
 
 def test_bm25_fine_tuning_trains_the_reader_alone_and_checkpoints_only_it(qa_corpus, tmp_path, tiny_config):

@@ -1,0 +1,22 @@
+import pytest
+
+import realm.flows.realm_pretrain
+from realm.cli.main import main
+
+
+def test_train_param_overrides_are_typed_like_the_ui_form(monkeypatch, tmp_path, capsys):
+    seen = {}
+    monkeypatch.setattr(realm.flows.realm_pretrain, "realm_pretrain", lambda run, params: seen.update(params=params) or {})
+    main(["train", "pretrain", "--output", str(tmp_path), "--steps", "7",
+          "--param", "cached_doc_embeddings=true", "--param", "learning_rate=3e-5", "--param", "eval_every=50"])
+    params = seen["params"]
+    assert (params.steps, params.cached_doc_embeddings, params.learning_rate, params.eval_every) == (7, True, 3e-5, 50)
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [("nope=1", "FIELD one of"), ("eval_every=abc", "valid integer"), ("steps", "expected FIELD=VALUE")],
+)
+def test_bad_train_params_stop_with_the_field_and_the_reason(assignment, message, tmp_path):
+    with pytest.raises(SystemExit, match=message):
+        main(["train", "pretrain", "--output", str(tmp_path), "--param", assignment])
