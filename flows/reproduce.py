@@ -205,10 +205,11 @@ def zero_shot_recall(
     query_embedder = load_components(checkpoint, torch_device)["query_embedder"] if checkpoint else None
     retriever = load_question_retriever(index_path, query_embedder, config, torch_device)
     blocks = BlockStore.from_parquet(RunLayout.at(output).blocks, with_text=True)
+    tokenizer = config.tokenizer()
     recall = {}
     for path in eval_files:
         examples = read_qa_file(path)
-        ranks = retrieval_ranks(retriever, blocks, config.tokenizer(), examples, ZERO_SHOT_K)
+        ranks = retrieval_ranks(retriever, blocks, tokenizer, examples, ZERO_SHOT_K)
         recall[examples[0].dataset] = sum(r is not None for r in ranks) / len(ranks)
     return recall
 

@@ -22,7 +22,7 @@ from realm.model.block_store import BlockStore
 from realm.model.checkpoint import load_components
 from realm.model.config import ModelConfig
 from realm.model.device import autocast, select_device
-from realm.model.question_retrieval import QuestionRetriever, is_bm25_index, load_question_retriever
+from realm.model.question_retrieval import QuestionRetriever, load_question_retriever
 from realm.model.reader import Reader, best_span, reader_inputs, span_text
 from realm.model.tokenization import MAX_QUESTION_WORDPIECES, WordPieceTokenizer
 
@@ -75,8 +75,8 @@ class Answerer:
         device: torch.device | None = None,
     ):
         """`blocks` must hold title and text (`BlockStore.from_parquet(path, with_text=True)`).
-        The reader runs on `device` (default: the retriever's, else CUDA when present)."""
-        self.device = device or getattr(retriever, "device", None) or select_device()
+        The reader runs on `device` (default: the retriever's)."""
+        self.device = device or retriever.device
         self.retriever = retriever
         for module in retriever.trainable_modules():
             module.eval()
@@ -101,9 +101,10 @@ class Answerer:
         components = load_components(checkpoint_dir, device)
         if "reader" not in components:
             raise ValueError(f"{checkpoint_dir}: no reader; not a fine-tuning checkpoint")
-        if "query_embedder" not in components and not is_bm25_index(index_path):
-            raise ValueError(f"{checkpoint_dir}: no query_embedder to retrieve from the dense index {index_path}")
-        retriever = load_question_retriever(index_path, components.get("query_embedder"), model_config, device)
+        try:
+            retriever = load_question_retriever(index_path, components.get("query_embedder"), model_config, device)
+        except ValueError as error:  # a dense index and a checkpoint without a query tower
+            raise ValueError(f"{checkpoint_dir}: {error}") from None
         return cls(
             retriever,
             components["reader"],

@@ -19,7 +19,7 @@ import bm25s
 import numpy as np
 import Stemmer
 
-from realm.model.mips import MANIFEST_FILE, IndexIntegrityError, file_sha256, read_manifest
+from realm.model.mips import MANIFEST_FILE, IndexIntegrityError, file_sha256, read_manifest, verify_checksums
 from realm.model.publish import publish, staging_dir
 from realm.schemas import BLOCKS, read_table
 
@@ -102,11 +102,7 @@ class Bm25Index:
         manifest = read_manifest(path)
         if manifest.get("index_type") != INDEX_TYPE:
             raise IndexIntegrityError(f"{path}: index_type is {manifest.get('index_type')!r}, not {INDEX_TYPE!r}")
-        for name, digest in manifest["sha256"].items():
-            if not (path / name).is_file():
-                raise IndexIntegrityError(f"{path}: {name} is missing")
-            if file_sha256(path / name) != digest:
-                raise IndexIntegrityError(f"{path / name}: sha256 does not match {MANIFEST_FILE} (corrupt index)")
+        verify_checksums(path, manifest)
         block_ids = np.load(path / BLOCK_IDS_FILE)
         if len(block_ids) != manifest["count"]:
             raise IndexIntegrityError(f"{path}: {len(block_ids)} block ids, {MANIFEST_FILE} says {manifest['count']}")

@@ -246,11 +246,7 @@ class MipsIndex:
         `IndexIntegrityError` naming `path` on any mismatch."""
         path = Path(path)
         manifest = read_manifest(path)
-        for name, digest in manifest["sha256"].items():
-            if not (path / name).is_file():
-                raise IndexIntegrityError(f"{path}: {name} is missing")
-            if file_sha256(path / name) != digest:
-                raise IndexIntegrityError(f"{path / name}: sha256 does not match {MANIFEST_FILE} (corrupt index)")
+        verify_checksums(path, manifest)
         set_faiss_threads()
         index = faiss.read_index(str(path / INDEX_FILE))
         vectors = np.load(path / VECTORS_FILE, mmap_mode="r")
@@ -281,6 +277,15 @@ def read_manifest(path: str | os.PathLike) -> dict:
     if not manifest_path.is_file():
         raise IndexIntegrityError(f"{path}: no {MANIFEST_FILE}; not a published index")
     return json.loads(manifest_path.read_text())
+
+
+def verify_checksums(path: Path, manifest: dict) -> None:
+    """Every file the manifest lists is there with its sha256, else `IndexIntegrityError`."""
+    for name, digest in manifest["sha256"].items():
+        if not (path / name).is_file():
+            raise IndexIntegrityError(f"{path}: {name} is missing")
+        if file_sha256(path / name) != digest:
+            raise IndexIntegrityError(f"{path / name}: sha256 does not match {MANIFEST_FILE} (corrupt index)")
 
 
 def latest_published(index_root: str | os.PathLike) -> Path | None:

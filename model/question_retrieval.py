@@ -42,6 +42,8 @@ class Retrieved:
 
 
 class QuestionRetriever(Protocol):
+    device: torch.device  # where `retrieve` puts its logits
+
     def retrieve(self, questions: Sequence[str], question_ids: Sequence[Sequence[int]], k: int) -> Retrieved:
         """Top-k blocks of each question (`question_ids`: its wordpieces, cut to fit)."""
 
@@ -122,6 +124,6 @@ def load_question_retriever(
     if is_bm25_index(index_path):
         return Bm25Retriever(Bm25Index.load(index_path), device)
     if query_embedder is None:
-        raise ValueError(f"{index_path} is a dense index: retrieving from it needs a query tower")
+        raise ValueError(f"no query_embedder to retrieve from the dense index {index_path}")
     index = MipsIndex.load(index_path, expected_dim=model_config.retrieval_dim)
     return DenseRetriever(query_embedder.to(device), index, model_config.tokenizer(), model_config, device)
