@@ -44,6 +44,13 @@ class IctParams(BaseModel):
     heldout_examples: int = 512
     max_query_wordpieces: int = 64
     max_block_wordpieces: int = 128
+    tower_layers: int | None = Field(None, description="transformer layers of both towers (None: the model preset's)")
+    tower_pooling: Literal["cls", "mean"] = Field(
+        "cls", description="cls: REALM's [CLS] state; mean: the mean of the token states (sentence-encoder pooling)"
+    )
+    projection_init: Literal["random", "pca"] = Field(
+        "random", description="pca: the 128-d projection from the principal directions of pooled contexts"
+    )
 
 
 class PretrainParams(BaseModel):

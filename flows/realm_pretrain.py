@@ -84,8 +84,12 @@ def realm_pretrain(
     attached = attach_index(trainer, layout.index, layout.embeddings, str(layout.snapshots))
     logger.info("training against index %s", attached)
 
+    # A frozen doc tower (cached mode) never changes, so neither would a re-embedded index.
+    refresh_every = None if params.cached_doc_embeddings else params.refresh_every
+    if refresh_every is None:
+        logger.info("doc tower frozen (cached_doc_embeddings): the index of step %d stays current", trainer.index_snapshot_step)
     scheduler = IndexRefreshScheduler(
-        params.refresh_every, index_snapshot_step=trainer.index_snapshot_step, last_start_step=trainer.index_snapshot_step
+        refresh_every, index_snapshot_step=trainer.index_snapshot_step, last_start_step=trainer.index_snapshot_step
     )
     reporter = TrainingReporter("pretrain", layout.reports, params.steps)
     refreshes: list[dict] = []
@@ -118,7 +122,7 @@ def realm_pretrain(
 
     # Fine-tuning reads a fixed index built by the final doc tower.
     final = latest_published(layout.index)
-    if final is None or int(Path(final).name) != trainer.step:
+    if not params.cached_doc_embeddings and (final is None or int(Path(final).name) != trainer.step):
         final = Path(submit_refresh().result()["path"])
     evaluation = _log_heldout(logger, reporter, trainer)
     reporter.publish_curves(("loss", "retrieval_entropy", "accuracy_with_retrieval", "accuracy_null_only"))

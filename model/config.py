@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from transformers import BertConfig, PreTrainedModel
 
@@ -31,7 +31,8 @@ class ModelConfig:
     fields below). `num_layers`: keep only the first N transformer layers (None: all of the
     warm start's layers; required for random init). `dropout` sets hidden and attention
     dropout. `cpu_bf16_autocast`: run forward passes under bf16 autocast on CPU too (on CUDA
-    bf16 autocast is always on where the GPU supports it).
+    bf16 autocast is always on where the GPU supports it). `retrieval_pooling`: what a
+    retriever tower projects, the final [CLS] state or the mean of its tokens' states.
     """
 
     model_dir: str | None
@@ -39,6 +40,7 @@ class ModelConfig:
     dropout: float = 0.1
     cpu_bf16_autocast: bool = False
     retrieval_dim: int = EMBEDDING_DIM
+    retrieval_pooling: Literal["cls", "mean"] = "cls"
     span_hidden_size: int = 256
     max_span_wordpieces: int = 10
     # Shape of a randomly initialised BERT (ignored when warm-starting from model_dir).
@@ -78,6 +80,7 @@ class ModelConfig:
                 **dropout,
             )
         config.retrieval_dim = self.retrieval_dim
+        config.retrieval_pooling = self.retrieval_pooling
         config.span_hidden_size = self.span_hidden_size
         config.max_span_wordpieces = self.max_span_wordpieces
         return config

@@ -4,6 +4,7 @@
 A refresh snapshots the doc tower at some step, re-embeds the corpus and builds an index
 while training goes on; the loop swaps the new index in later. Staleness of a swap is the
 number of steps between its snapshot and the swap. At most one refresh is in flight.
+`refresh_every_steps = None` never refreshes: a frozen doc tower keeps its index current.
 Running the refresh asynchronously is the flows layer's job; this object only keeps count.
 """
 
@@ -14,20 +15,20 @@ from dataclasses import dataclass, field
 
 @dataclass
 class IndexRefreshScheduler:
-    refresh_every_steps: int
+    refresh_every_steps: int | None
     index_snapshot_step: int | None = None  # snapshot step of the index in use (None: none yet)
     in_flight_snapshot_step: int | None = None
     last_start_step: int | None = None
     staleness_at_swap: list[int] = field(default_factory=list)  # one entry per swap
 
     def __post_init__(self) -> None:
-        if self.refresh_every_steps < 1:
+        if self.refresh_every_steps is not None and self.refresh_every_steps < 1:
             raise ValueError(f"refresh_every_steps must be >= 1, got {self.refresh_every_steps}")
 
     def is_time_to_refresh(self, step: int) -> bool:
         """True when no refresh is running and `refresh_every_steps` have passed since the last
-        one started (or none ever did)."""
-        if self.in_flight_snapshot_step is not None:
+        one started (or none ever did); never without `refresh_every_steps`."""
+        if self.refresh_every_steps is None or self.in_flight_snapshot_step is not None:
             return False
         return self.last_start_step is None or step - self.last_start_step >= self.refresh_every_steps
 

@@ -3,6 +3,12 @@
 f(x,z) = Embed_input(x)ᵀ Embed_doc(z) (REALM §3.2). The query tower reads `[CLS] x [SEP]`,
 the doc tower `[CLS] title [SEP] body [SEP]`; they are separate encoders. With the doc tower
 frozen (fine-tuning, cached pre-training) `embed_passages` runs it under `torch.no_grad()`.
+
+A tower pools the final [CLS] state (REALM's choice) or, with `retrieval_pooling = "mean"`,
+the mean over its real tokens: the pooling the MiniLM sentence encoder was trained with, so
+its retrieval geometry survives the warm start. `fit_projection_pca` then sets the 128-d
+projection to the top principal directions of pooled block vectors (centred), where a random
+projection would scramble that geometry.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from realm.model.inputs import BertInputs
 
 
 class Embedder(BertPreTrainedModel):
-    """One tower: BERT, then a linear projection of the final [CLS] state to `retrieval_dim`."""
+    """One tower: BERT, then a linear projection of the pooled final states to `retrieval_dim`."""
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
@@ -24,13 +30,27 @@ class Embedder(BertPreTrainedModel):
         self.projection = nn.Linear(config.hidden_size, config.retrieval_dim)
         self.post_init()
 
-    def forward(
+    @property
+    def pooling(self) -> str:
+        # Checkpoints written before the option existed pooled [CLS].
+        return getattr(self.config, "retrieval_pooling", "cls")
+
+    def pooled(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
     ) -> torch.Tensor:
+        """[n, hidden]: the final [CLS] state, or the mean of the real tokens' final states."""
         hidden = self.bert(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
         ).last_hidden_state  # [n, length, hidden]
-        return self.projection(hidden[:, 0])  # [n, retrieval_dim]
+        if self.pooling == "mean":
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # [n, length, 1]
+            return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+        return hidden[:, 0]
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> torch.Tensor:
+        return self.projection(self.pooled(input_ids, attention_mask, token_type_ids))  # [n, retrieval_dim]
 
 
 class Retriever(nn.Module):
@@ -68,6 +88,24 @@ class Retriever(nn.Module):
 def relevance_scores(query_embeddings: torch.Tensor, doc_embeddings: torch.Tensor) -> torch.Tensor:
     """f(x,z) for each query's own candidates: [batch, d] · [batch, k, d] -> [batch, k]."""
     return torch.einsum("bd,bkd->bk", query_embeddings, doc_embeddings)
+
+
+@torch.no_grad()
+def fit_projection_pca(embedders: list[Embedder], pooled_vectors: torch.Tensor) -> None:
+    """Set each tower's projection to x -> Wᵀ(x − μ), W the top `retrieval_dim` principal
+    directions of `pooled_vectors` [n, hidden] (pooled block states). Inner products of the
+    projections then approximate those of the centred pooled vectors; centring removes the
+    mean direction every sentence-encoder vector shares, which otherwise dominates the scores."""
+    pooled_vectors = pooled_vectors.float()
+    mean = pooled_vectors.mean(dim=0)  # [hidden]
+    dim = embedders[0].projection.out_features
+    if len(pooled_vectors) < dim:
+        raise ValueError(f"PCA to {dim} dimensions needs >= {dim} vectors, got {len(pooled_vectors)}")
+    _, _, components = torch.linalg.svd(pooled_vectors - mean, full_matrices=False)  # [min(n, hidden), hidden]
+    weight = components[:dim]  # [dim, hidden]
+    for embedder in embedders:
+        embedder.projection.weight.copy_(weight)
+        embedder.projection.bias.copy_(-weight @ mean)
 
 
 def build_retriever(config: ModelConfig, freeze_doc_tower: bool = False) -> Retriever:

@@ -5,16 +5,21 @@ by the Beam ICT pipeline) is its context; each query must pick its own context a
 batch's contexts: scores = q @ dᵀ [batch, batch], cross-entropy to the diagonal, gradients
 into both towers. The last `heldout_examples` of a seeded permutation are never trained on;
 `heldout_accuracy` is top-1 of a held-out query's own context among groups of
-`HELDOUT_GROUP_SIZE` held-out contexts. Checkpoints (`checkpoints/<step>/` with
+`HELDOUT_GROUP_SIZE` held-out contexts. Fresh towers are the model preset's, or (`tower_layers`,
+`tower_pooling`, `projection_init`) a sentence-encoder start: all of MiniLM's layers,
+mean-pooled, projected by PCA of pooled contexts; with `steps = 0` that start is published
+as it is, a retriever with no ICT training. Checkpoints (`checkpoints/<step>/` with
 query_embedder and doc_embedder) resume exactly: the batch of step s is a function of
 (seed, s). The Prefect flow calls `train_ict`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -25,7 +30,7 @@ from realm.model.config import ModelConfig, build_component
 from realm.model.device import autocast, select_device
 from realm.model.inputs import length_sorted_groups, pad_batch
 from realm.model.marginal import mask_log_scores
-from realm.model.retriever import Embedder, Retriever
+from realm.model.retriever import Embedder, Retriever, fit_projection_pca
 from realm.model.tokenization import (
     MAX_BLOCK_WORDPIECES,
     MAX_QUESTION_WORDPIECES,
@@ -67,6 +72,32 @@ class IctConfig:
     seed: int = 0
     max_query_wordpieces: int = MAX_QUESTION_WORDPIECES
     max_block_wordpieces: int = MAX_BLOCK_WORDPIECES
+    tower_layers: int | None = None  # None: the model preset's
+    tower_pooling: Literal["cls", "mean"] = "cls"
+    projection_init: Literal["random", "pca"] = "random"
+    projection_sample: int = 4096  # contexts whose pooled vectors the PCA projection is fitted on
+
+
+def fresh_towers(
+    model_config: ModelConfig, config: IctConfig, tokenizer: WordPieceTokenizer, examples: Sequence[Mapping],
+    device: torch.device,
+) -> dict[str, Embedder]:
+    """Both towers as `config` asks for them, before any ICT step (see the module docstring)."""
+    tower_config = dataclasses.replace(
+        model_config,
+        num_layers=config.tower_layers or model_config.num_layers,
+        retrieval_pooling=config.tower_pooling,
+    )
+    towers = {name: build_component(Embedder, tower_config).to(device) for name in ("query_embedder", "doc_embedder")}
+    if config.projection_init == "pca":
+        rows = np.random.default_rng(config.seed).permutation(len(examples))[: config.projection_sample]
+        _, contexts = ict_sequences(tokenizer, [examples[row] for row in np.sort(rows)], config)
+        doc_tower = towers["doc_embedder"].eval()
+        with torch.no_grad(), autocast(device, model_config.cpu_bf16_autocast):
+            pooled = _embed(lambda inputs: doc_tower.pooled(**inputs.as_kwargs()), contexts, tokenizer.pad_id, device)
+        fit_projection_pca(list(towers.values()), pooled)  # [sample, hidden]
+        log.info("ICT: projection initialised by PCA of %d pooled contexts", len(pooled))
+    return towers
 
 
 def ict_sequences(
@@ -159,10 +190,7 @@ def train_ict(
 
     seed_everything(config.seed)
     resume = latest_resume_point(checkpoint_root, device)
-    towers = resume.components if resume else {
-        "query_embedder": build_component(Embedder, model_config),
-        "doc_embedder": build_component(Embedder, model_config),
-    }
+    towers = resume.components if resume else fresh_towers(model_config, config, tokenizer, examples, device)
     retriever = Retriever(towers["query_embedder"], towers["doc_embedder"]).to(device).train()
     optimizer = build_optimizer([retriever.query_embedder, retriever.doc_embedder], config.learning_rate)
     scheduler = build_scheduler(optimizer, config.warmup_steps, config.steps)

@@ -72,3 +72,12 @@ def read_block_ids(run_root):
     from realm.schemas import BLOCKS, read_table
 
     return read_table(str(run_root / "blocks"), BLOCKS, columns=["block_id"])["block_id"].to_pylist()
+
+
+def test_a_frozen_doc_tower_trains_against_its_first_index_without_refreshing(run_root):
+    params = tiny_params(run_root)
+    params.pretrain = params.pretrain.model_copy(update={"refresh_every": 1, "cached_doc_embeddings": True})
+    ict_warm_start(params.run, params.ict)
+    result = realm_pretrain(params.run, params.pretrain)
+    assert result["step"] == 6 and result["refreshes"] == []
+    assert [p.name for p in (run_root / "index").iterdir()] == ["0"] and result["index"].endswith("/index/0")

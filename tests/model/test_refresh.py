@@ -43,3 +43,10 @@ def test_state_round_trip_drops_the_in_flight_refresh():
     resumed = IndexRefreshScheduler.from_state_dict(scheduler.state_dict())
     assert resumed.in_flight_snapshot_step is None and resumed.is_time_to_refresh(12)
     assert resumed.staleness_at_swap == [4] and resumed.index_snapshot_step == 0
+
+
+def test_without_an_interval_it_never_refreshes():
+    scheduler = IndexRefreshScheduler(refresh_every_steps=None, index_snapshot_step=0, last_start_step=0)
+    assert not any(scheduler.is_time_to_refresh(step) for step in (0, 1, 10_000))
+    with pytest.raises(ValueError, match=">= 1"):
+        IndexRefreshScheduler(refresh_every_steps=0)

@@ -6,7 +6,7 @@ from transformers import BertModel
 
 from realm.model.config import ModelConfig
 from realm.model.inputs import block_sequence, pad_batch
-from realm.model.retriever import Embedder, build_retriever, relevance_scores
+from realm.model.retriever import Embedder, build_retriever, fit_projection_pca, relevance_scores
 from realm.model.tokenization import default_model_dir, join
 
 
@@ -67,3 +67,41 @@ def test_embedder_save_pretrained_round_trip(tiny_config, tmp_path, tokenizer):
     inputs = _queries(tokenizer)
     with torch.no_grad():
         torch.testing.assert_close(loaded(**inputs.as_kwargs()), embedder(**inputs.as_kwargs()), rtol=0, atol=0)
+
+
+def test_mean_pooling_ignores_padding(tokenizer):
+    embedder = build_retriever(ModelConfig.preset("tiny", retrieval_pooling="mean")).query_embedder.eval()
+    short, long = join(tokenizer, tokenizer.encode("nile")), join(tokenizer, tokenizer.encode("rivers of africa"))
+    with torch.no_grad():
+        alone = embedder(**pad_batch([short], tokenizer.pad_id).as_kwargs())
+        padded = embedder(**pad_batch([short, long], tokenizer.pad_id).as_kwargs())[:1]
+        cls_state = embedder.bert(**pad_batch([short], tokenizer.pad_id).as_kwargs()).last_hidden_state[:, 0]
+    torch.testing.assert_close(padded, alone)
+    assert not torch.allclose(embedder.projection(cls_state), alone)
+
+
+def test_pooling_survives_save_pretrained(tmp_path):
+    build_retriever(ModelConfig.preset("tiny", retrieval_pooling="mean")).doc_embedder.save_pretrained(tmp_path)
+    assert Embedder.from_pretrained(tmp_path).pooling == "mean"
+
+
+def test_pca_projection_keeps_centred_inner_products(tiny_config):
+    """hidden = retrieval_dim = 128 in the tiny preset, so the PCA projection is a rotation
+    after centring: projected inner products equal those of the centred vectors exactly."""
+    retriever = build_retriever(tiny_config)
+    scales = torch.cat([torch.tensor([10.0]), torch.linspace(3, 0.1, 127)])
+    pooled = torch.randn(300, 128) * scales + 5.0  # a shared offset, as sentence vectors have
+    fit_projection_pca([retriever.query_embedder, retriever.doc_embedder], pooled)
+    with torch.no_grad():
+        projected = retriever.doc_embedder.projection(pooled[:20])
+        queries = retriever.query_embedder.projection(pooled[20:30])
+    centred = pooled - pooled.mean(dim=0)
+    torch.testing.assert_close(queries @ projected.T, centred[20:30] @ centred[:20].T, rtol=1e-3, atol=1e-3)
+    # the first output is the direction of greatest variance: the first input axis
+    assert retriever.doc_embedder.projection.weight[0].abs().argmax().item() == 0
+
+
+def test_pca_projection_needs_enough_vectors(tiny_config):
+    retriever = build_retriever(tiny_config)
+    with pytest.raises(ValueError, match="needs >= 128 vectors"):
+        fit_projection_pca([retriever.doc_embedder], torch.randn(50, 128))
