@@ -74,6 +74,9 @@ class PretrainParams(BaseModel):
     max_block_wordpieces: int = 128
     cached_doc_embeddings: bool = Field(False, description="candidate vectors from the index, doc tower frozen")
     random_spans: bool = Field(False, description="ablation: mask random spans instead of salient spans")
+    query_tower_frozen_steps: int = Field(
+        0, description="no gradient into the query tower before this step, while the fresh MLM head learns to read"
+    )
 
 
 class FinetuneParams(BaseModel):

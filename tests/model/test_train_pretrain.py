@@ -112,6 +112,19 @@ def test_cached_mode_freezes_the_doc_tower(corpus, tmp_path, tiny_config):
     assert not torch.equal(query_before, trainer.retriever.query_embedder.projection.weight)
 
 
+def test_the_query_tower_trains_only_from_query_tower_frozen_steps_on(corpus, tmp_path, tiny_config):
+    config = dataclasses.replace(CONFIG, query_tower_frozen_steps=2)
+    trainer = _trainer(corpus, tmp_path, tiny_config, config)
+    query_tower = trainer.retriever.query_embedder
+    start = {k: v.clone() for k, v in query_tower.state_dict().items()}
+    encoder_start = trainer.encoder.cls.predictions.transform.dense.weight.clone()
+    _run(trainer, 2)
+    assert all(torch.equal(v, query_tower.state_dict()[k]) for k, v in start.items())
+    assert not torch.equal(encoder_start, trainer.encoder.cls.predictions.transform.dense.weight)
+    _run(trainer, 1)
+    assert not torch.equal(start["projection.weight"], query_tower.projection.weight)
+
+
 def test_swap_index_reports_staleness_and_the_next_step_searches_the_new_index(corpus, tmp_path, tiny_config):
     trainer = _trainer(corpus, tmp_path, tiny_config)
     _run(trainer, 3)
