@@ -36,8 +36,8 @@ MAX_IVF_LISTS = 16384
 # faiss k-means wants >= 39 training points per centroid; fewer lists than that starve them.
 MIN_POINTS_PER_LIST = 39
 # k-means costs sample × lists × dim per iteration: 24 points per list (393k samples at
-# 16384 lists) trains in ~3 min here, where 64 (the whole 1M) took >10 min for the same
-# recall (design §5b: 400k samples at 13M gave recall@8 0.979).
+# 16384 lists) trains in ~1 min here, where 64 (the whole 1M) did not finish the 1M
+# benchmark in 15 min (`bench/mips.py`: the 13M build takes 4.3 min in all).
 TRAIN_POINTS_PER_LIST = 24
 
 
@@ -72,8 +72,9 @@ class IndexConfig:
 
 
 def ivf_nlist(count: int) -> int:
-    """IVF lists for `count` vectors: 16384 at >= ~640k (recall 0.97 at nprobe 8 on the
-    reference distribution, design §5b), scaled down as a power of two so every list keeps
+    """IVF lists for `count` vectors: 16384 at >= ~640k (at 13M, nprobe 8 searches 108x
+    faster than exact; recall on `bench/mips.py`'s distribution in the README), scaled down
+    as a power of two so every list keeps
     >= 39 training points."""
     return int(min(MAX_IVF_LISTS, 2 ** math.floor(math.log2(max(1, count // MIN_POINTS_PER_LIST)))))
 
