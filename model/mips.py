@@ -74,8 +74,7 @@ class IndexConfig:
 def ivf_nlist(count: int) -> int:
     """IVF lists for `count` vectors: 16384 at >= ~640k (at 13M, nprobe 8 searches 108x
     faster than exact; recall on `bench/mips.py`'s distribution in the README), scaled down
-    as a power of two so every list keeps
-    >= 39 training points."""
+    as a power of two so every list keeps >= 39 training points."""
     return int(min(MAX_IVF_LISTS, 2 ** math.floor(math.log2(max(1, count // MIN_POINTS_PER_LIST)))))
 
 
