@@ -151,7 +151,10 @@ def _publish_summary(evaluation: dict, refreshes: list[dict]) -> None:
         f"| null document alone | {evaluation['accuracy_null_only']:.3f} |\n"
         f"| masked span found verbatim in a retrieved block (what copying could reach) | {evaluation['span_in_candidates']:.3f} |\n\n"
         f"{evaluation['examples']} held-out examples, never trained on; right only with retrieval: "
-        f"{evaluation['right_only_with_retrieval']}, right only with the null document: {evaluation['right_only_null']}.",
+        f"{evaluation['right_only_with_retrieval']}, right only with the null document: {evaluation['right_only_null']}. "
+        f"Of the {round(evaluation['span_in_candidates'] * evaluation['examples'])} whose span is in a retrieved block, "
+        f"{evaluation['span_in_candidates_right_with_retrieval']} right with retrieval, "
+        f"{evaluation['span_in_candidates_right_null_only']} with the null document alone.",
         description="masked-span accuracy with retrieval vs the null document alone",
     )
     if refreshes:

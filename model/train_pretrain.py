@@ -371,11 +371,14 @@ class PretrainTrainer:
         only if all its wordpieces are right. `span_in_candidates`: the fraction of examples
         whose masked wordpieces occur verbatim in a retrieved block. `right_only_with_retrieval`
         and `right_only_null` count the examples only one of the two gets right: the
-        discordant pairs a paired (McNemar) test of the difference reads. Draws no random numbers,
-        so it never changes what the next training step does."""
+        discordant pairs a paired (McNemar) test of the difference reads. `span_in_candidates_right_with_retrieval`
+        and `span_in_candidates_right_null_only` count right examples among those whose span
+        is in a retrieved block: where reading the evidence can help, so where it shows first.
+        Draws no random numbers, so it never changes what the next training step does."""
         index = self._index_in_use()
         self._train_mode(False)
         with_retrieval = null_only = in_candidates = only_with_retrieval = only_null = 0
+        in_candidates_with_retrieval = in_candidates_null_only = 0
         try:
             for start in range(0, len(self.heldout_rows), self.config.batch_size):
                 batch = self._batch(self.heldout_rows[start : start + self.config.batch_size])
@@ -387,6 +390,9 @@ class PretrainTrainer:
                 only_with_retrieval += (retrieval_right & ~null_right).sum().item()
                 only_null += (null_right & ~retrieval_right).sum().item()
                 in_candidates += int(outputs.span_in_candidates.sum())
+                span_found = torch.from_numpy(outputs.span_in_candidates)  # [batch] bool
+                in_candidates_with_retrieval += (retrieval_right & span_found).sum().item()
+                in_candidates_null_only += (null_right & span_found).sum().item()
         finally:
             self._train_mode(True)
         examples = len(self.heldout_rows)
@@ -396,6 +402,8 @@ class PretrainTrainer:
             "span_in_candidates": in_candidates / examples,
             "right_only_with_retrieval": only_with_retrieval,
             "right_only_null": only_null,
+            "span_in_candidates_right_with_retrieval": in_candidates_with_retrieval,
+            "span_in_candidates_right_null_only": in_candidates_null_only,
             "examples": examples,
         }
 

@@ -185,6 +185,9 @@ def test_evaluate_masked_spans_reports_both_accuracies_on_the_heldout_examples(c
     # The accuracies differ by exactly the discordant examples, which a paired test reads.
     difference = round(n * result["accuracy_with_retrieval"]) - round(n * result["accuracy_null_only"])
     assert difference == result["right_only_with_retrieval"] - result["right_only_null"]
+    found = round(n * result["span_in_candidates"])
+    assert 0 <= result["span_in_candidates_right_with_retrieval"] <= min(found, round(n * result["accuracy_with_retrieval"]))
+    assert 0 <= result["span_in_candidates_right_null_only"] <= min(found, round(n * result["accuracy_null_only"]))
 
 
 def test_fit_block_batch_cuts_bodies_to_the_block_budget_like_join():
