@@ -9,9 +9,10 @@ setting returns (|approximate top-8 ∩ exact top-8| / 8); top-1 in 8 is the fra
 queries whose exact best block is among the 8 returned (faiss's 1-recall@8, a looser
 measure); speedup is exact search time / its search time, on the same queries, same
 threads. `--embeddings runs/<run>/embeddings/<step>` measures a corpus's real doc vectors
-instead, with held-out doc vectors as queries. Each built index is freed before the next is built, so the 13M run peaks near
-vectors + one index. Ends with one JSON line for the best setting (highest speedup at
-recall@8 >= 0.95, else the highest recall), with exact search's q/s and the peak RSS.
+instead, with held-out doc vectors as queries. Each built index is freed before the next
+is built, so the 13M run peaks near vectors + one index. Ends with one JSON line for the
+best setting (highest speedup at recall@8 >= 0.95, else the highest recall), with exact
+search's q/s and the peak resident memory in GiB.
 
     python bench/mips.py --blocks 13000000 --kinds ivf   # HNSW alone takes 25-40 min to build at 13M
 """
@@ -75,7 +76,7 @@ def corpus_vectors(embeddings_dir: str, queries: int, seed: int = 0) -> tuple[np
     return np.ascontiguousarray(vectors[~held_out]), np.ascontiguousarray(vectors[held_out])
 
 
-def peak_rss_gb() -> float:
+def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux reports KiB
 
 
@@ -118,7 +119,7 @@ def main() -> None:
         start = time.perf_counter()
         index = MipsIndex.build(vectors, block_ids, config)
         build = time.perf_counter() - start
-        print(f"{kind} built in {build:.1f}s, peak RSS {peak_rss_gb():.1f} GB", flush=True)
+        print(f"{kind} built in {build:.1f}s, peak RSS {peak_rss_gib():.1f} GiB", flush=True)
         for nprobe, ef_search in sweep:
             index.set_search_params(nprobe=nprobe, ef_search=ef_search)
             ids, seconds = timed_search(index, queries)
@@ -146,7 +147,7 @@ def main() -> None:
     good = [r for r in results if r["recall_at_8"] >= GOOD_RECALL]
     best = max(good, key=lambda r: r["speedup_vs_exact"]) if good else max(results, key=lambda r: r["recall_at_8"])
     exact_qps = round(args.queries / exact_seconds, 1)
-    print(json.dumps({"blocks": args.blocks, **best, "exact_qps": exact_qps, "peak_rss_gb": round(peak_rss_gb(), 1)}))
+    print(json.dumps({"blocks": args.blocks, **best, "exact_qps": exact_qps, "peak_rss_gib": round(peak_rss_gib(), 1)}))
 
 
 if __name__ == "__main__":

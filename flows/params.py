@@ -44,7 +44,7 @@ class IctParams(BaseModel):
     heldout_examples: int = 512
     max_query_wordpieces: int = 64
     max_block_wordpieces: int = 128
-    tower_layers: int | None = Field(None, description="transformer layers of both towers (None: the model preset's)")
+    tower_layers: int | None = Field(None, ge=1, description="transformer layers of both towers (None: the model preset's)")
     tower_pooling: Literal["cls", "mean"] = Field(
         "cls", description="cls: REALM's [CLS] state; mean: the mean of the token states (sentence-encoder pooling)"
     )
@@ -65,7 +65,9 @@ class PretrainParams(BaseModel):
     warmup_steps: int = 50
     checkpoint_every: int = 50
     log_every: int = 10
-    refresh_every: int = Field(100, description="steps between asynchronous index refreshes")
+    refresh_every: int = Field(
+        100, description="steps between asynchronous index refreshes (none with cached_doc_embeddings)"
+    )
     eval_every: int | None = Field(
         None, description="steps between held-out masked-span evaluations (None: only after the last step)"
     )
@@ -74,8 +76,8 @@ class PretrainParams(BaseModel):
     max_block_wordpieces: int = 128
     cached_doc_embeddings: bool = Field(False, description="candidate vectors from the index, doc tower frozen")
     random_spans: bool = Field(False, description="ablation: mask random spans instead of salient spans")
-    query_tower_frozen_steps: int = Field(
-        0, description="no gradient into the query tower before this step, while the fresh MLM head learns to read"
+    retriever_frozen_steps: int = Field(
+        0, ge=0, description="no gradient into either retriever tower before this step, while the fresh MLM head learns to read"
     )
 
 

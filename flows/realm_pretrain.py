@@ -5,7 +5,9 @@ tower and submits `refresh_index`, which re-embeds every block with that snapsho
 publishes a new MIPS index (temp dir + rename) while training goes on. Each step the loop
 checks the refresh; once published, the trainer swaps the new index in and the staleness
 (steps between snapshot and swap) is logged. A killed run restarts from its last checkpoint
-and the newest *published* index; a half-written index is never opened.
+and the newest *published* index; a half-written index is never opened. With the doc tower
+frozen (`cached_doc_embeddings`) there is nothing to refresh: the run trains against the
+index its tower built, and fine-tuning reads that one.
 """
 
 from __future__ import annotations
@@ -84,7 +86,9 @@ def realm_pretrain(
     attached = attach_index(trainer, layout.index, layout.embeddings, str(layout.snapshots))
     logger.info("training against index %s", attached)
 
-    # A frozen doc tower (cached mode) never changes, so neither would a re-embedded index.
+    # A frozen doc tower (cached mode) never changes, so re-embedding the corpus with it would
+    # rebuild the index in use (`attach_index` gave the one the tower built or, on resume, the
+    # one the checkpoint trained against).
     refresh_every = None if params.cached_doc_embeddings else params.refresh_every
     if refresh_every is None:
         logger.info("doc tower frozen (cached_doc_embeddings): the index of step %d stays current", trainer.index_snapshot_step)
@@ -120,10 +124,14 @@ def realm_pretrain(
         pending.wait()
     checkpoint = trainer.save_checkpoint()
 
-    # Fine-tuning reads a fixed index built by the final doc tower.
-    final = latest_published(layout.index)
-    if not params.cached_doc_embeddings and (final is None or int(Path(final).name) != trainer.step):
-        final = Path(submit_refresh().result()["path"])
+    # Fine-tuning reads a fixed index built by the final doc tower: with the tower frozen, the
+    # one in use (a newer one may exist from before a resume with the tower frozen).
+    if params.cached_doc_embeddings:
+        final = Path(layout.index) / str(trainer.index_snapshot_step)
+    else:
+        final = latest_published(layout.index)
+        if final is None or int(Path(final).name) != trainer.step:
+            final = Path(submit_refresh().result()["path"])
     evaluation = _log_heldout(logger, reporter, trainer)
     reporter.publish_curves(("loss", "retrieval_entropy", "accuracy_with_retrieval", "accuracy_null_only"))
     _publish_summary(evaluation, refreshes)

@@ -42,7 +42,7 @@ from typing import Literal, NamedTuple
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from realm.flows.evaluate import evaluate
 from realm.flows.finetune_openqa import build_bm25_index, finetune_openqa
@@ -74,6 +74,15 @@ class ReproduceParams(BaseModel):
     seed: int = 0
     device: str | None = None
     stages: PipelineParams | None = Field(None, description="every stage's parameters (default: the `size` preset)")
+
+    @model_validator(mode="after")
+    def _stale_index_needs_refreshes(self) -> ReproduceParams:
+        if "stale_index" in self.systems and self.stages is not None and self.stages.pretrain.cached_doc_embeddings:
+            raise ValueError(
+                "stale_index refreshes the index less often, but with pretrain.cached_doc_embeddings the doc tower "
+                "is frozen and no index is ever refreshed: it would repeat the realm row. Drop it from systems."
+            )
+        return self
 
 
 class SystemSpec(NamedTuple):

@@ -33,11 +33,14 @@ BLOCK_IDS_FILE = "block_ids.npy"
 # Design §5: exact search is fast enough below ~1M blocks (~400-640 queries/s at 1M here).
 EXACT_SEARCH_MAX_BLOCKS = 1_000_000
 MAX_IVF_LISTS = 16384
-# faiss k-means wants >= 39 training points per centroid; fewer lists than that starve them.
+# Lists per corpus size: a corpus gets at most one list per 39 vectors (faiss's own floor
+# for k-means), so small corpora do not get near-empty lists.
 MIN_POINTS_PER_LIST = 39
-# k-means costs sample × lists × dim per iteration: 24 points per list (393k samples at
-# 16384 lists) trains in ~1 min here, where 64 (the whole 1M) did not finish the 1M
-# benchmark in 15 min (`bench/mips.py`: the 13M build takes 4.3 min in all).
+# The k-means sample, which may go below that floor: k-means costs sample × lists × dim per
+# iteration, and 24 points per list (393k samples at 16384 lists) trains in ~1 min here,
+# where 64 (the whole 1M) did not finish the 1M benchmark in 15 min (`bench/mips.py`: the
+# 13M build takes 4.3 min in all). The centroids only route the shortlist, which is
+# re-scored exactly.
 TRAIN_POINTS_PER_LIST = 24
 
 
@@ -52,8 +55,7 @@ class IndexConfig:
     `nlist`: IVF lists (None: `ivf_nlist(count)`); `nprobe`: lists visited per query.
     `hnsw_neighbors`/`ef_construction`/`ef_search`: the HNSW graph (the IVF coarse quantizer's
     for "ivf"). `shortlist_factor`: approximate hits per wanted hit, re-scored exactly.
-    `train_points_per_list`: k-means sample size per IVF list (faiss warns below 39; the
-    centroids only route the shortlist, which is re-scored exactly).
+    `train_points_per_list`: k-means sample size per IVF list (see TRAIN_POINTS_PER_LIST).
     """
 
     kind: Literal["flat", "ivf", "hnsw"] = "flat"
@@ -188,6 +190,9 @@ class MipsIndex:
             index = faiss.index_factory(
                 dim, f"IVF{nlist}_HNSW{config.hnsw_neighbors},SQ8", faiss.METRIC_INNER_PRODUCT
             )
+            faiss.extract_index_ivf(index).cp.min_points_per_centroid = min(
+                MIN_POINTS_PER_LIST, config.train_points_per_list
+            )  # a sample below faiss's floor is deliberate: no warning per build
             sample_size = min(len(embeddings), config.train_points_per_list * nlist)
             sample = np.random.default_rng(0).choice(len(embeddings), sample_size, replace=False)
             index.train(embeddings[np.sort(sample)])

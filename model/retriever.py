@@ -1,4 +1,4 @@
-"""The neural knowledge retriever: two BERT towers whose [CLS] vectors are projected to 128-d.
+"""The neural knowledge retriever: two BERT towers whose pooled final states are projected to 128-d.
 
 f(x,z) = Embed_input(x)ᵀ Embed_doc(z) (REALM §3.2). The query tower reads `[CLS] x [SEP]`,
 the doc tower `[CLS] title [SEP] body [SEP]`; they are separate encoders. With the doc tower
@@ -99,6 +99,8 @@ def fit_projection_pca(embedders: list[Embedder], pooled_vectors: torch.Tensor) 
     pooled_vectors = pooled_vectors.float()
     mean = pooled_vectors.mean(dim=0)  # [hidden]
     dim = embedders[0].projection.out_features
+    if dim > pooled_vectors.shape[1]:
+        raise ValueError(f"PCA cannot project {pooled_vectors.shape[1]}-d pooled vectors to {dim} dimensions")
     if len(pooled_vectors) < dim:
         raise ValueError(f"PCA to {dim} dimensions needs >= {dim} vectors, got {len(pooled_vectors)}")
     _, _, components = torch.linalg.svd(pooled_vectors - mean, full_matrices=False)  # [min(n, hidden), hidden]

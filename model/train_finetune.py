@@ -28,6 +28,8 @@ The Prefect flow calls `train_finetune`.
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import re
 from collections.abc import Sequence
@@ -214,12 +216,21 @@ def initial_components(
     components: dict[str, PreTrainedModel] = {"reader": build_reader(model_config)}
     reader_init = None if reader_init == WARM_START else reader_init or init_checkpoint
     if with_query_embedder:
-        components["query_embedder"] = build_component(Embedder, model_config)
-        if init_checkpoint is not None:
+        if init_checkpoint is None:
+            components["query_embedder"] = build_component(Embedder, model_config)
+        else:
             init = load_components(init_checkpoint)
             if "query_embedder" not in init:
                 raise ValueError(f"{init_checkpoint}: no query_embedder to fine-tune")
-            _load_into(components["query_embedder"], init["query_embedder"], init_checkpoint, "query_embedder")
+            source = init["query_embedder"]
+            # Depth and pooling are the checkpoint's (a sentence-encoder start may be deeper
+            # than the preset, and must embed questions as its doc tower embedded the index);
+            # dropout and precision stay the preset's.
+            tower_config = dataclasses.replace(
+                model_config, num_layers=source.config.num_hidden_layers, retrieval_pooling=source.pooling
+            )
+            components["query_embedder"] = build_component(Embedder, tower_config)
+            _load_into(components["query_embedder"], source, init_checkpoint, "query_embedder")
     if reader_init is not None:
         init = load_components(reader_init)
         if "encoder" in init:

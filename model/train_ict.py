@@ -190,7 +190,10 @@ def train_ict(
 
     seed_everything(config.seed)
     resume = latest_resume_point(checkpoint_root, device)
-    towers = resume.components if resume else fresh_towers(model_config, config, tokenizer, examples, device)
+    if resume:
+        towers = resume.components
+    else:  # the PCA projection sees training contexts only
+        towers = fresh_towers(model_config, config, tokenizer, [examples[row] for row in train_rows], device)
     retriever = Retriever(towers["query_embedder"], towers["doc_embedder"]).to(device).train()
     optimizer = build_optimizer([retriever.query_embedder, retriever.doc_embedder], config.learning_rate)
     scheduler = build_scheduler(optimizer, config.warmup_steps, config.steps)

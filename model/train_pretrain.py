@@ -82,7 +82,7 @@ class PretrainConfig:
     frozen (design §5b "cached", ~1.7x faster steps). `random_spans`: ablation, mask a random
     span (seeded by example id) instead of the salient one. `max_block_wordpieces` < 288 cuts
     every block's body (in the index too, see `refresh_index`) for speed.
-    `query_tower_frozen_steps`: the query tower gets no gradient before this step. REALM
+    `retriever_frozen_steps`: neither tower gets a gradient before this step. REALM
     starts from an encoder that already reads (BERT's MLM head); a fresh head cannot, so
     early on r(z) = [p(y|z,x)/p(y|x) − 1] p(z|x) is noise, and that noise drives p(z|x) to
     collapse onto arbitrary blocks (measured: a start that finds the masked span in a
@@ -103,7 +103,7 @@ class PretrainConfig:
     max_block_wordpieces: int = MAX_BLOCK_WORDPIECES
     cached_doc_embeddings: bool = False
     random_spans: bool = False
-    query_tower_frozen_steps: int = 0
+    retriever_frozen_steps: int = 0
 
 
 def _cut_lists(column: pa.Array, budgets: np.ndarray) -> pa.Array:
@@ -342,8 +342,11 @@ class PretrainTrainer:
         index = self._index_in_use()
         batch = self._batch(batch_rows(self.train_rows, self.config.batch_size, self.config.seed, self.step))
         self._train_mode(True)
-        # requires_grad, set from the step alone, so a resumed run freezes exactly as this one.
-        self.retriever.query_embedder.requires_grad_(self.step >= self.config.query_tower_frozen_steps)
+        # Set from the step alone, so a resumed run freezes exactly as this one. Frozen towers
+        # build no graph; AdamW keeps no state for them until their first gradient.
+        retriever_trains = self.step >= self.config.retriever_frozen_steps
+        self.retriever.query_embedder.requires_grad_(retriever_trains)
+        self.retriever.freeze_doc_tower = self.config.cached_doc_embeddings or not retriever_trains
         outputs = self._forward(index, batch)
         loss = apply_update(outputs.loss, self.optimizer, self.scheduler, "pre-training", self.step + 1)
         self.step += 1

@@ -1,6 +1,8 @@
 import json
 
 import pyarrow.parquet as pq
+import pytest
+from pydantic import ValidationError
 
 from realm.flows.reproduce import SYSTEMS, ReproduceParams, realm_reproduce, split_questions
 from realm.schemas import REPRODUCTION_RESULTS, read_table
@@ -32,6 +34,14 @@ def test_held_out_questions_are_stable_disjoint_and_only_taken_where_no_dev_file
     assert 0 < len(held_out) < 20 and not held_out & trained
     assert len(trained) + len(held_out) == len(TRAIN)
     assert rows(again_eval[1]) == rows(evaluation[1]) and rows(again_train) == rows(train)
+
+
+def test_the_stale_index_ablation_is_refused_when_no_index_would_ever_refresh(tmp_path):
+    stages = tiny_params(tmp_path)
+    stages.pretrain.cached_doc_embeddings = True
+    with pytest.raises(ValidationError, match="stale_index"):
+        ReproduceParams(qa_train=["train.jsonl"], stages=stages)
+    ReproduceParams(qa_train=["train.jsonl"], stages=stages, systems=["realm", "orqa"])
 
 
 def test_every_system_of_the_table_trains_evaluates_and_is_reported(run_root, tmp_path):

@@ -101,7 +101,17 @@ def test_pca_projection_keeps_centred_inner_products(tiny_config):
     assert retriever.doc_embedder.projection.weight[0].abs().argmax().item() == 0
 
 
-def test_pca_projection_needs_enough_vectors(tiny_config):
+def test_pca_projection_needs_enough_vectors_of_enough_dimensions(tiny_config):
     retriever = build_retriever(tiny_config)
     with pytest.raises(ValueError, match="needs >= 128 vectors"):
         fit_projection_pca([retriever.doc_embedder], torch.randn(50, 128))
+    narrow = build_retriever(ModelConfig.preset("tiny", hidden_size=64, intermediate_size=128)).doc_embedder
+    with pytest.raises(ValueError, match="cannot project 64-d pooled vectors to 128 dimensions"):
+        fit_projection_pca([narrow], torch.randn(300, 64))
+
+
+def test_checkpoints_from_before_the_pooling_option_pool_cls(tmp_path, tiny_config):
+    embedder = build_retriever(tiny_config).doc_embedder
+    del embedder.config.retrieval_pooling
+    embedder.save_pretrained(tmp_path)
+    assert Embedder.from_pretrained(tmp_path).pooling == "cls"

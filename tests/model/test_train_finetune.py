@@ -185,6 +185,19 @@ def test_a_fresh_run_starts_from_the_pretrained_query_tower_and_encoder(qa_corpu
         assert torch.equal(started["reader"].bert.state_dict()[key], value), key
 
 
+def test_the_query_tower_keeps_the_depth_and_pooling_of_its_checkpoint(qa_corpus, tmp_path, tiny_config):
+    """A sentence-encoder start (deeper than the preset, mean-pooled) fine-tunes as it was built."""
+    tower_config = dataclasses.replace(tiny_config, num_layers=3, retrieval_pooling="mean", dropout=0.0)
+    towers = {name: build_component(Embedder, tower_config) for name in ("query_embedder", "doc_embedder")}
+    init = save_checkpoint(tmp_path / "ict", 0, towers)
+    result, _ = _train(
+        qa_corpus, tmp_path / "finetune", tiny_config, dataclasses.replace(CONFIG, steps=0), init_checkpoint=str(init)
+    )
+    query_tower = load_components(result["checkpoint"])["query_embedder"]
+    assert query_tower.pooling == "mean" and query_tower.config.num_hidden_layers == 3
+    assert query_tower.config.hidden_dropout_prob == tiny_config.dropout  # the preset's, not the checkpoint's
+
+
 def test_reader_init_gives_the_ablations_their_mixed_starting_points(qa_corpus, tmp_path, tiny_config):
     """REALM retriever + baseline encoder: the query tower from one checkpoint, the reader from
     another's encoder, or from the warm start when that one (ICT's) has no encoder."""

@@ -112,17 +112,29 @@ def test_cached_mode_freezes_the_doc_tower(corpus, tmp_path, tiny_config):
     assert not torch.equal(query_before, trainer.retriever.query_embedder.projection.weight)
 
 
-def test_the_query_tower_trains_only_from_query_tower_frozen_steps_on(corpus, tmp_path, tiny_config):
-    config = dataclasses.replace(CONFIG, query_tower_frozen_steps=2)
+def test_neither_tower_trains_before_retriever_frozen_steps(corpus, tmp_path, tiny_config):
+    config = dataclasses.replace(CONFIG, retriever_frozen_steps=2)
     trainer = _trainer(corpus, tmp_path, tiny_config, config)
-    query_tower = trainer.retriever.query_embedder
-    start = {k: v.clone() for k, v in query_tower.state_dict().items()}
+    towers = {"query": trainer.retriever.query_embedder, "doc": trainer.retriever.doc_embedder}
+    start = {name: {k: v.clone() for k, v in tower.state_dict().items()} for name, tower in towers.items()}
     encoder_start = trainer.encoder.cls.predictions.transform.dense.weight.clone()
     _run(trainer, 2)
-    assert all(torch.equal(v, query_tower.state_dict()[k]) for k, v in start.items())
+    for name, tower in towers.items():
+        assert all(torch.equal(v, tower.state_dict()[k]) for k, v in start[name].items()), name
     assert not torch.equal(encoder_start, trainer.encoder.cls.predictions.transform.dense.weight)
     _run(trainer, 1)
-    assert not torch.equal(start["projection.weight"], query_tower.projection.weight)
+    for name, tower in towers.items():
+        assert not torch.equal(start[name]["projection.weight"], tower.projection.weight), name
+
+
+def test_resume_across_the_end_of_the_retriever_freeze_is_exact(corpus, tmp_path, tiny_config):
+    config = dataclasses.replace(CONFIG, retriever_frozen_steps=2)
+    straight = _run(_trainer(corpus, tmp_path / "straight", tiny_config, config), 4)
+    first = _trainer(corpus, tmp_path / "split", tiny_config, config)
+    _run(first, 1)
+    first.save_checkpoint()
+    resumed = _trainer(corpus, tmp_path / "split", tiny_config, config)
+    assert _comparable(_run(resumed, 3)) == _comparable(straight[1:])
 
 
 def test_swap_index_reports_staleness_and_the_next_step_searches_the_new_index(corpus, tmp_path, tiny_config):
