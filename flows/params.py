@@ -76,6 +76,9 @@ class PretrainParams(BaseModel):
     max_block_wordpieces: int = 128
     cached_doc_embeddings: bool = Field(False, description="candidate vectors from the index, doc tower frozen")
     random_spans: bool = Field(False, description="ablation: mask random spans instead of salient spans")
+    untrained_eval_examples: int = Field(
+        0, ge=0, description="after the last step, also evaluate on up to this many training examples no step has drawn"
+    )
     retriever_frozen_steps: int = Field(
         0, ge=0, description="no gradient into either retriever tower before this step, while the fresh MLM head learns to read"
     )

@@ -71,7 +71,7 @@ def realm_pretrain(
         init_retriever = str(ict)
     trainer = PretrainTrainer(
         layout.blocks, layout.pretrain_examples, layout.checkpoints("pretrain"), model_config,
-        PretrainConfig(**params.model_dump(exclude={"refresh_every", "eval_every"}), seed=run.seed),
+        PretrainConfig(**params.model_dump(exclude={"refresh_every", "eval_every", "untrained_eval_examples"}), seed=run.seed),
         init_retriever=init_retriever, device=select_device(run.device),
     )
     logger.info("pre-training from step %d to %d (retriever init: %s)", trainer.step, params.steps, init_retriever)
@@ -132,37 +132,61 @@ def realm_pretrain(
         final = latest_published(layout.index)
         if final is None or int(Path(final).name) != trainer.step:
             final = Path(submit_refresh().result()["path"])
-    evaluation = _log_heldout(logger, reporter, trainer)
+    evaluations = {"held-out": _log_heldout(logger, reporter, trainer)}
+    if params.untrained_eval_examples:
+        untrained = trainer.evaluate_masked_spans(trainer.untrained_rows(params.untrained_eval_examples))
+        _log_evaluation(logger, trainer.step, "never-trained-on", untrained)
+        evaluations["never trained on"] = untrained
     reporter.publish_curves(("loss", "retrieval_entropy", "accuracy_with_retrieval", "accuracy_null_only"))
-    _publish_summary(evaluation, refreshes)
-    return {"checkpoint": str(checkpoint), "index": str(final), "step": trainer.step, **evaluation, "refreshes": refreshes}
+    _publish_summary(evaluations, refreshes)
+    result = {"checkpoint": str(checkpoint), "index": str(final), "step": trainer.step, **evaluations["held-out"]}
+    if "never trained on" in evaluations:
+        result["untrained"] = evaluations["never trained on"]
+    return {**result, "refreshes": refreshes}
 
 
 def _log_heldout(logger, reporter: TrainingReporter, trainer) -> dict:
     """Evaluate the held-out masked spans now; logged, and recorded with the step in the metrics file."""
     evaluation = trainer.evaluate_masked_spans()
-    logger.info(
-        "step %d: held-out masked-span accuracy %.3f with retrieval vs %.3f with the null document alone "
-        "(%d examples; the span occurs in a retrieved block for %.3f)",
-        trainer.step, evaluation["accuracy_with_retrieval"], evaluation["accuracy_null_only"], evaluation["examples"],
-        evaluation["span_in_candidates"],
-    )
+    _log_evaluation(logger, trainer.step, "held-out", evaluation)
     reporter.record({"step": trainer.step, **evaluation})
     return evaluation
 
 
-def _publish_summary(evaluation: dict, refreshes: list[dict]) -> None:
+def _log_evaluation(logger, step: int, which: str, evaluation: dict) -> None:
+    logger.info(
+        "step %d: %s masked-span accuracy %.3f with retrieval vs %.3f with the null document alone "
+        "(%d examples; right only with retrieval %d, only with the null document %d, paired p %.3g; "
+        "the span occurs in a retrieved block for %.3f)",
+        step, which, evaluation["accuracy_with_retrieval"], evaluation["accuracy_null_only"], evaluation["examples"],
+        evaluation["right_only_with_retrieval"], evaluation["right_only_null"], evaluation["paired_p_value"],
+        evaluation["span_in_candidates"],
+    )
+
+
+# (row label, key, format) of the summary table; one column per evaluated set of examples.
+SUMMARY_ROWS = [
+    ("accuracy with retrieval (top-k marginal)", "accuracy_with_retrieval", ".3f"),
+    ("accuracy, null document alone", "accuracy_null_only", ".3f"),
+    ("right only with retrieval", "right_only_with_retrieval", "d"),
+    ("right only with the null document", "right_only_null", "d"),
+    ("paired (McNemar) p", "paired_p_value", ".3g"),
+    ("masked span verbatim in a retrieved block (what copying could reach)", "span_in_candidates", ".3f"),
+    ("of those, right with retrieval", "span_in_candidates_right_with_retrieval", "d"),
+    ("of those, right with the null document alone", "span_in_candidates_right_null_only", "d"),
+    ("examples", "examples", "d"),
+]
+
+
+def _publish_summary(evaluations: dict[str, dict], refreshes: list[dict]) -> None:
+    header = "| | " + " | ".join(evaluations) + " |\n|---|" + "---|" * len(evaluations) + "\n"
+    rows = "".join(
+        f"| {label} | " + " | ".join(format(e[key], spec) for e in evaluations.values()) + " |\n"
+        for label, key, spec in SUMMARY_ROWS
+    )
     create_markdown_artifact(
         key="realm-pretrain-heldout",
-        markdown="## REALM pre-training, held-out masked spans\n\n| | accuracy |\n|---|---|\n"
-        f"| with retrieval (top-k marginal) | {evaluation['accuracy_with_retrieval']:.3f} |\n"
-        f"| null document alone | {evaluation['accuracy_null_only']:.3f} |\n"
-        f"| masked span found verbatim in a retrieved block (what copying could reach) | {evaluation['span_in_candidates']:.3f} |\n\n"
-        f"{evaluation['examples']} held-out examples, never trained on; right only with retrieval: "
-        f"{evaluation['right_only_with_retrieval']}, right only with the null document: {evaluation['right_only_null']}. "
-        f"Of the {round(evaluation['span_in_candidates'] * evaluation['examples'])} whose span is in a retrieved block, "
-        f"{evaluation['span_in_candidates_right_with_retrieval']} right with retrieval, "
-        f"{evaluation['span_in_candidates_right_null_only']} with the null document alone.",
+        markdown="## REALM pre-training, masked spans of examples never trained on\n\n" + header + rows,
         description="masked-span accuracy with retrieval vs the null document alone",
     )
     if refreshes:

@@ -26,6 +26,7 @@ resume), on a fresh run one built synchronously from the initial doc tower (`ind
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,7 @@ from realm.model.training import (
     latest_resume_point,
     seed_everything,
     set_transformers_verbosity_error,
+    untrained_rows,
 )
 from realm.schemas import PRETRAIN_EXAMPLES, read_table
 
@@ -365,9 +367,14 @@ class PretrainTrainer:
             index_age=self.step - self.index_snapshot_step,
         )
 
+    def untrained_rows(self, count: int) -> np.ndarray:
+        """Up to `count` training examples no step so far has drawn (`training.untrained_rows`)."""
+        return untrained_rows(self.train_rows, self.config.batch_size, self.config.seed, self.step)[:count]
+
     @torch.no_grad()
-    def evaluate_masked_spans(self) -> dict:
-        """Exact-span accuracy on the held-out examples (never trained on), eval mode:
+    def evaluate_masked_spans(self, rows: np.ndarray | None = None) -> dict:
+        """Exact-span accuracy on the held-out examples (never trained on; or on `rows`, e.g.
+        `untrained_rows`), eval mode:
         `accuracy_with_retrieval` predicts each masked wordpiece by the argmax of the
         per-position marginal Σ_z p(z|x) p(v|z,x) over the k candidates (null included);
         `accuracy_null_only` by the encoder reading `[CLS] x [SEP] [SEP]` alone. A span counts
@@ -377,14 +384,16 @@ class PretrainTrainer:
         discordant pairs a paired (McNemar) test of the difference reads. `span_in_candidates_right_with_retrieval`
         and `span_in_candidates_right_null_only` count right examples among those whose span
         is in a retrieved block: where reading the evidence can help, so where it shows first.
+        `paired_p_value`: the exact two-sided McNemar test of the two accuracies being equal.
         Draws no random numbers, so it never changes what the next training step does."""
+        rows = self.heldout_rows if rows is None else rows
         index = self._index_in_use()
         self._train_mode(False)
         with_retrieval = null_only = in_candidates = only_with_retrieval = only_null = 0
         in_candidates_with_retrieval = in_candidates_null_only = 0
         try:
-            for start in range(0, len(self.heldout_rows), self.config.batch_size):
-                batch = self._batch(self.heldout_rows[start : start + self.config.batch_size])
+            for start in range(0, len(rows), self.config.batch_size):
+                batch = self._batch(rows[start : start + self.config.batch_size])
                 outputs = self._forward(index, batch)
                 retrieval_right = span_correct(outputs.predictions, batch)
                 null_right = span_correct(outputs.null_predictions, batch)
@@ -398,7 +407,7 @@ class PretrainTrainer:
                 in_candidates_null_only += (null_right & span_found).sum().item()
         finally:
             self._train_mode(True)
-        examples = len(self.heldout_rows)
+        examples = len(rows)
         return {
             "accuracy_with_retrieval": with_retrieval / examples,
             "accuracy_null_only": null_only / examples,
@@ -407,6 +416,7 @@ class PretrainTrainer:
             "right_only_null": only_null,
             "span_in_candidates_right_with_retrieval": in_candidates_with_retrieval,
             "span_in_candidates_right_null_only": in_candidates_null_only,
+            "paired_p_value": mcnemar_exact_p_value(only_with_retrieval, only_null),
             "examples": examples,
         }
 
@@ -424,6 +434,14 @@ class PretrainTrainer:
         )
         self.last_checkpoint = str(published)
         return self.last_checkpoint
+
+
+def mcnemar_exact_p_value(only_first_right: int, only_second_right: int) -> float:
+    """Two-sided exact McNemar test: under "both are equally accurate" each discordant
+    example is a fair coin, so p = P(a split at least this uneven of their total)."""
+    discordant = only_first_right + only_second_right
+    tail = sum(math.comb(discordant, i) for i in range(min(only_first_right, only_second_right) + 1))
+    return min(1.0, 2 * tail / 2**discordant)
 
 
 def attach_index(trainer: PretrainTrainer, index_root: str, embeddings_root: str, snapshot_root: str) -> str:

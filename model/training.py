@@ -184,6 +184,17 @@ def batch_rows(train_rows: np.ndarray, batch_size: int, seed: int, step: int) ->
     return rows
 
 
+def untrained_rows(train_rows: np.ndarray, batch_size: int, seed: int, steps: int) -> np.ndarray:
+    """The training rows that no batch of steps [0, steps) has drawn (`batch_rows`' stream),
+    in a seeded random order: never trained on, so a held-out set as good as the held-out
+    rows, and larger. Empty once the first epoch is complete."""
+    drawn = steps * batch_size
+    if drawn >= len(train_rows):
+        return np.empty(0, dtype=train_rows.dtype)
+    permutation = np.random.default_rng((seed, 0)).permutation(len(train_rows))  # epoch 0 of the stream
+    return train_rows[permutation[drawn:]]
+
+
 @dataclass
 class ResumePoint:
     """The newest checkpoint under a root, its components loaded (step 2 is `restore`)."""

@@ -76,8 +76,11 @@ def read_block_ids(run_root):
 
 def test_a_frozen_doc_tower_trains_against_its_first_index_without_refreshing(run_root):
     params = tiny_params(run_root)
-    params.pretrain = params.pretrain.model_copy(update={"refresh_every": 1, "cached_doc_embeddings": True})
+    params.pretrain = params.pretrain.model_copy(
+        update={"refresh_every": 1, "cached_doc_embeddings": True, "untrained_eval_examples": 5}
+    )
     ict_warm_start(params.run, params.ict)
     result = realm_pretrain(params.run, params.pretrain)
     assert result["step"] == 6 and result["refreshes"] == []
+    assert result["untrained"]["examples"] == 5 and 0.0 <= result["untrained"]["paired_p_value"] <= 1.0
     assert [p.name for p in (run_root / "index").iterdir()] == ["0"] and result["index"].endswith("/index/0")

@@ -18,6 +18,7 @@ from realm.model.train_pretrain import (
     attach_index,
     fit_block_batch,
     marginal_predictions,
+    mcnemar_exact_p_value,
     refresh_index,
     span_correct,
 )
@@ -200,6 +201,21 @@ def test_evaluate_masked_spans_reports_both_accuracies_on_the_heldout_examples(c
     found = round(n * result["span_in_candidates"])
     assert 0 <= result["span_in_candidates_right_with_retrieval"] <= min(found, round(n * result["accuracy_with_retrieval"]))
     assert 0 <= result["span_in_candidates_right_null_only"] <= min(found, round(n * result["accuracy_null_only"]))
+
+
+def test_evaluation_on_never_trained_on_rows(corpus, tmp_path, tiny_config):
+    trainer = _trainer(corpus, tmp_path, tiny_config)
+    _run(trainer, 2)  # 4 of the 12 training examples drawn
+    rows = trainer.untrained_rows(100)
+    assert len(rows) == len(trainer.train_rows) - 2 * CONFIG.batch_size
+    assert trainer.evaluate_masked_spans(rows)["examples"] == len(rows)
+
+
+def test_paired_p_value_is_the_exact_two_sided_binomial_tail():
+    assert mcnemar_exact_p_value(0, 0) == 1.0
+    assert mcnemar_exact_p_value(3, 0) == pytest.approx(0.25)  # 2 * (1/2)^3
+    assert mcnemar_exact_p_value(1, 9) == pytest.approx(2 * 11 / 1024)
+    assert mcnemar_exact_p_value(9, 1) == mcnemar_exact_p_value(1, 9)
 
 
 def test_fit_block_batch_cuts_bodies_to_the_block_budget_like_join():

@@ -11,6 +11,7 @@ from realm.model.training import (
     build_optimizer,
     build_scheduler,
     heldout_split,
+    untrained_rows,
     latest_resume_point,
 )
 
@@ -79,6 +80,15 @@ def test_batch_order_is_a_function_of_seed_and_step_and_covers_each_epoch():
         assert sorted(stream[epoch * 7 : (epoch + 1) * 7]) == list(train)
     assert np.array_equal(batch_rows(train, 3, seed=1, step=4), stream[12:15])
     assert not np.array_equal(stream, np.concatenate([batch_rows(train, 3, seed=2, step=s) for s in range(7)]))
+
+
+def test_untrained_rows_are_exactly_the_training_rows_no_batch_has_drawn_yet():
+    train_rows = np.arange(100, 150)
+    drawn = np.concatenate([batch_rows(train_rows, 4, 7, step) for step in range(5)])
+    untrained = untrained_rows(train_rows, 4, 7, 5)
+    assert len(untrained) == 30 and not set(untrained) & set(drawn)
+    assert set(untrained) | set(drawn) == set(train_rows)
+    assert len(untrained_rows(train_rows, 4, 7, 13)) == 0  # the first epoch is complete
 
 
 def test_resume_point_loads_components_then_restores_optimizer_and_rng(tmp_path, tiny_config):
