@@ -29,7 +29,6 @@ The Prefect flow calls `train_finetune`.
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import re
 from collections.abc import Sequence

@@ -381,10 +381,10 @@ class PretrainTrainer:
         only if all its wordpieces are right. `span_in_candidates`: the fraction of examples
         whose masked wordpieces occur verbatim in a retrieved block. `right_only_with_retrieval`
         and `right_only_null` count the examples only one of the two gets right: the
-        discordant pairs a paired (McNemar) test of the difference reads. `span_in_candidates_right_with_retrieval`
-        and `span_in_candidates_right_null_only` count right examples among those whose span
-        is in a retrieved block: where reading the evidence can help, so where it shows first.
-        `paired_p_value`: the exact two-sided McNemar test of the two accuracies being equal.
+        discordant pairs a paired (McNemar) test of the difference reads; `paired_p_value` is
+        that exact two-sided test. `span_in_candidates_right_with_retrieval` and
+        `span_in_candidates_right_null_only` count right examples among those whose span is
+        in a retrieved block: where reading the evidence can help, so where it shows first.
         Draws no random numbers, so it never changes what the next training step does."""
         rows = self.heldout_rows if rows is None else rows
         index = self._index_in_use()
