@@ -1,6 +1,7 @@
 import pyarrow.parquet as pq
 
 from realm.flows.realm_pipeline import realm_pipeline
+from realm.model.checkpoint import load_components
 from realm.schemas import PREDICTIONS, read_table
 from tests.flows.conftest import tiny_params
 
@@ -29,3 +30,21 @@ def test_whole_chain_end_to_end_then_a_rerun_is_all_cache_hits(run_root):
     assert again["ict"] == result["ict"] and again["finetune"] == result["finetune"]
     # Cache hits: the cached stages logged no training step the second time.
     assert {stage: (run_root / "reports" / f"{stage}_metrics.jsonl").read_text() for stage in logged} == logged
+
+
+def test_a_sentence_encoder_start_runs_through_pretraining_fine_tuning_and_evaluation(run_root):
+    """The deployment `sentence-encoder-retriever`'s shape on the tiny model: towers deeper than
+    the preset and mean-pooled, no ICT step, a frozen retriever in cached pre-training; the
+    fine-tuned query tower keeps its depth and pooling, so questions meet the index they must."""
+    params = tiny_params(run_root)
+    params.ict = params.ict.model_copy(update={"steps": 0, "tower_layers": 3, "tower_pooling": "mean"})
+    params.pretrain = params.pretrain.model_copy(
+        update={"cached_doc_embeddings": True, "retriever_frozen_steps": 6, "untrained_eval_examples": 8}
+    )
+    result = realm_pipeline(params)
+    assert result["ict"]["step"] == 0 and result["pretrain"]["refreshes"] == []
+    assert result["pretrain"]["index"].endswith("/index/0") and result["pretrain"]["untrained"]["examples"] == 8
+    assert result["evaluate"]["demo"]["n"] == 40
+
+    query_tower = load_components(result["finetune"]["checkpoint"])["query_embedder"]
+    assert query_tower.pooling == "mean" and query_tower.config.num_hidden_layers == 3
