@@ -99,8 +99,8 @@ def main() -> None:
             f"weights, x = normalise(c + N(0, I/{DIM})); {args.queries} queries = data point + N(0, 0.25 I/{DIM})"
         )
     print(f"{source}; faiss threads {threads}", flush=True)
-    args.blocks = len(vectors)
-    block_ids = np.arange(args.blocks, dtype=np.int64)
+    count = len(vectors)  # --embeddings: the corpus's size, not --blocks
+    block_ids = np.arange(count, dtype=np.int64)
 
     start = time.perf_counter()
     exact = MipsIndex.build(vectors, block_ids, IndexConfig(kind="flat"))
@@ -124,7 +124,7 @@ def main() -> None:
             index.set_search_params(nprobe=nprobe, ef_search=ef_search)
             ids, seconds = timed_search(index, queries)
             if kind == "ivf":
-                name = f"IVF{ivf_nlist(args.blocks)}_HNSW{config.hnsw_neighbors},SQ8 nprobe {nprobe}"
+                name = f"IVF{ivf_nlist(count)}_HNSW{config.hnsw_neighbors},SQ8 nprobe {nprobe}"
             else:
                 name = f"HNSW{config.hnsw_neighbors} efSearch {ef_search}"
             row = {
@@ -147,7 +147,7 @@ def main() -> None:
     good = [r for r in results if r["recall_at_8"] >= GOOD_RECALL]
     best = max(good, key=lambda r: r["speedup_vs_exact"]) if good else max(results, key=lambda r: r["recall_at_8"])
     exact_qps = round(args.queries / exact_seconds, 1)
-    print(json.dumps({"blocks": args.blocks, **best, "exact_qps": exact_qps, "peak_rss_gib": round(peak_rss_gib(), 1)}))
+    print(json.dumps({"blocks": count, **best, "exact_qps": exact_qps, "peak_rss_gib": round(peak_rss_gib(), 1)}))
 
 
 if __name__ == "__main__":
