@@ -12,6 +12,9 @@ import json
 import logging
 import os
 import sys
+from typing import get_args
+
+from realm.flows.params import ModelPreset, RunPreset
 
 # The ephemeral Prefect server's telemetry writes race the first flow run for the SQLite lock
 # ("database is locked" tracebacks), and there is no network to send it to anyway.
@@ -74,6 +77,8 @@ def _pipeline_params(args: argparse.Namespace):
     from realm.flows.params import PipelineParams
 
     params = PipelineParams.preset(args.preset, output=args.output)
+    if args.model_preset:
+        params.run.model_preset = args.model_preset
     if args.device:
         params.run.device = args.device
     return params
@@ -101,6 +106,8 @@ def _train(args: argparse.Namespace, extra: list[str]) -> int:
     stage = _with_overrides(getattr(params, args.stage), args.param)
     setattr(params, args.stage, stage)
     if args.steps is not None:
+        if "steps" not in type(stage).model_fields:
+            raise SystemExit(f"--steps: the {args.stage} stage is sized in epochs; pass --param epochs=N")
         stage.steps = args.steps
     if args.stage == "ict":
         from realm.flows.ict_warm_start import ict_warm_start as stage_flow
@@ -186,14 +193,14 @@ def _ask(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
     from realm.flows.layout import RunLayout
     from realm.model.answering import Answerer
-    from realm.model.checkpoint import latest_checkpoint
+    from realm.model.train_finetune import finetuned_checkpoint
     from realm.model.config import ModelConfig
     from realm.model.device import select_device
     from realm.model.training import set_transformers_verbosity_error
 
     set_transformers_verbosity_error()
     layout = RunLayout.at(args.run)
-    checkpoint = latest_checkpoint(layout.checkpoints("finetune"))
+    checkpoint = finetuned_checkpoint(layout.checkpoints("finetune"))
     index = layout.index_for(checkpoint) if checkpoint is not None else None
     if index is None or layout.model_preset() is None:
         raise SystemExit(f"{layout.root}: not a trained run (needs checkpoints/finetune, index/ or bm25/, and run.json)")
@@ -215,8 +222,11 @@ def _reject_extra(extra: list[str]) -> None:
 
 
 def _add_run_options(parser: argparse.ArgumentParser, output_default: str | None) -> None:
-    parser.add_argument("--preset", choices=["tiny", "default"], default="default",
-                        help="tiny: minutes, 300 articles, random 2-layer model; default: ~1 hour, vital corpus")
+    parser.add_argument("--preset", choices=list(get_args(RunPreset)), default="default",
+                        help="tiny: minutes, 300 articles, random 2-layer model; default: ~1 hour, vital corpus; "
+                        "gpu: full-size settings for a CUDA machine")
+    parser.add_argument("--model_preset", choices=list(get_args(ModelPreset)),
+                        help="the model preset every component is built with (default: the run preset's)")
     parser.add_argument("--output", default=output_default, required=output_default is None, help="run root")
     parser.add_argument("--device", help="torch device (default: CUDA when present, else CPU)")
 

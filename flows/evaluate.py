@@ -1,8 +1,10 @@
-"""`realm-evaluate`: exact match and answer recall@1/5/20 per dataset, with the evidence kept.
+"""`realm-evaluate`: exact match, reader accuracy and answer recall@1/5/20 per dataset, with the evidence kept.
 
 Exact match uses the standard normalisation (CuratedTrec answers are regular expressions);
 recall@k is the fraction of questions with an answer string in one of the top-k retrieved
-blocks. Every prediction is written to `<root>/predictions/<dataset>.parquet` with its
+blocks; reader accuracy is the exact match among the questions with an answer in the blocks
+the reader read (the top `num_read`), which tells a reader that cannot read from a retriever
+that found nothing to read. Every prediction is written to `<root>/predictions/<dataset>.parquet` with its
 retrieved block ids and p(z|x), and the per-dataset table is published to the Prefect UI.
 """
 
@@ -21,8 +23,10 @@ from realm.flows.params import EvaluateParams, RunParams
 RECALL_AT = (1, 5, 20)
 
 
-def score_predictions(examples, predictions) -> tuple[dict[str, dict], dict[str, list[dict]]]:
-    """Per-dataset metrics and PREDICTIONS rows for `predictions` of `examples` (same order)."""
+def score_predictions(examples, predictions, num_read: int) -> tuple[dict[str, dict], dict[str, list[dict]]]:
+    """Per-dataset metrics and PREDICTIONS rows for `predictions` of `examples` (same order);
+    the reader read each question's top `num_read` blocks. `reader_accuracy` is None for a
+    dataset where no question has an answer in them."""
     from realm.model.answer_metrics import exact_match
     from realm.model.answering import answer_rank
 
@@ -32,6 +36,8 @@ def score_predictions(examples, predictions) -> tuple[dict[str, dict], dict[str,
         em = exact_match(prediction.answer, example.answers, example.answer_type)
         rank = answer_rank(prediction.evidence, example.answers, example.answer_type)
         hits[example.dataset]["em"].append(em)
+        if rank is not None and rank < num_read:
+            hits[example.dataset]["reader_accuracy"].append(em)
         for k in RECALL_AT:
             hits[example.dataset][f"recall_at_{k}"].append(rank is not None and rank < k)
         rows[example.dataset].append(
@@ -47,7 +53,9 @@ def score_predictions(examples, predictions) -> tuple[dict[str, dict], dict[str,
             }
         )
     metrics = {
-        dataset: {name: sum(values) / len(values) for name, values in by_metric.items()} | {"n": len(by_metric["em"])}
+        dataset: {"reader_accuracy": None}
+        | {name: sum(values) / len(values) for name, values in by_metric.items()}
+        | {"n": len(by_metric["em"]), "n_answer_read": len(by_metric["reader_accuracy"])}
         for dataset, by_metric in hits.items()
     }
     return metrics, rows
@@ -74,11 +82,12 @@ def evaluate_qa(
     predictions = answerer.answer(
         [e.question for e in examples], num_read=params.num_read, num_retrieve=max(params.num_retrieve, *RECALL_AT)
     )
-    metrics, rows = score_predictions(examples, predictions)
+    metrics, rows = score_predictions(examples, predictions, params.num_read)
     for dataset, dataset_rows in rows.items():
         path = write_table(str(layout.predictions / f"{dataset}.parquet"), dataset_rows, PREDICTIONS)
-        logger.info("%s: EM %.3f, recall@5 %.3f over %d questions -> %s", dataset, metrics[dataset]["em"],
-                    metrics[dataset]["recall_at_5"], metrics[dataset]["n"], path)
+        logger.info("%s: EM %.3f, reader accuracy %s, recall@5 %.3f over %d questions -> %s", dataset,
+                    metrics[dataset]["em"], _share(metrics[dataset]["reader_accuracy"]), metrics[dataset]["recall_at_5"],
+                    metrics[dataset]["n"], path)
     _publish(metrics, rows)
     return metrics
 
@@ -89,8 +98,10 @@ def _publish(metrics: dict[str, dict], rows: dict[str, list[dict]]) -> None:
         table=[{"dataset": d, **{k: round(v, 4) if isinstance(v, float) else v for k, v in m.items()}} for d, m in metrics.items()],
         description="exact match and answer recall@k per dataset",
     )
-    lines = ["## Open-QA evaluation", "", "| dataset | n | EM | recall@1 | recall@5 | recall@20 |", "|---|---|---|---|---|---|"]
-    lines += [f"| {d} | {m['n']} | {m['em']:.3f} | {m['recall_at_1']:.3f} | {m['recall_at_5']:.3f} | {m['recall_at_20']:.3f} |"
+    lines = ["## Open-QA evaluation", "",
+             "| dataset | n | EM | reader accuracy (n) | recall@1 | recall@5 | recall@20 |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {d} | {m['n']} | {m['em']:.3f} | {_share(m['reader_accuracy'])} ({m['n_answer_read']}) "
+              f"| {m['recall_at_1']:.3f} | {m['recall_at_5']:.3f} | {m['recall_at_20']:.3f} |"
               for d, m in metrics.items()]
     lines += ["", "### Sample predictions", "", "| dataset | question | prediction | gold | EM |", "|---|---|---|---|---|"]
     for dataset_rows in rows.values():
@@ -99,14 +110,18 @@ def _publish(metrics: dict[str, dict], rows: dict[str, list[dict]]) -> None:
     create_markdown_artifact(key="realm-eval-em", markdown="\n".join(lines), description="Open-QA exact match")
 
 
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 @flow(name="realm-evaluate")
 def evaluate(run: RunParams = RunParams(), params: EvaluateParams = EvaluateParams(),
              checkpoint: str | None = None, index_path: str | None = None) -> dict[str, dict]:
-    """Evaluate the run's latest fine-tuned checkpoint (or `checkpoint`) on `params.qa`."""
-    from realm.model.checkpoint import latest_checkpoint
+    """Evaluate the run's fine-tuned checkpoint (its best validated one, or `checkpoint`) on `params.qa`."""
+    from realm.model.train_finetune import finetuned_checkpoint
 
     layout = RunLayout.at(run.output)
-    checkpoint = checkpoint or latest_checkpoint(layout.checkpoints("finetune"))
+    checkpoint = checkpoint or finetuned_checkpoint(layout.checkpoints("finetune"))
     index_path = index_path or (layout.index_for(checkpoint) if checkpoint is not None else None)
     if checkpoint is None or index_path is None:
         raise FileNotFoundError(f"{layout.root}: no fine-tuned checkpoint or published index to evaluate")

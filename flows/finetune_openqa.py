@@ -28,18 +28,18 @@ def train_finetune_stage(
     from realm.model.config import ModelConfig
     from realm.model.device import select_device
     from realm.model.qa_data import read_qa_file
-    from realm.model.train_finetune import FinetuneConfig, train_finetune
+    from realm.model.finetune_settings import FinetuneConfig
+    from realm.model.train_finetune import train_finetune
 
     layout = RunLayout.at(output)
     files = params.qa_train or [str(demo_qa_path())]
     examples = [example for path in files for example in read_qa_file(path)]
     get_run_logger().info("fine-tuning on %d questions from %s (index %s)", len(examples), ", ".join(files), index_path)
-    reporter = TrainingReporter("finetune", layout.reports, params.steps)
+    reporter = TrainingReporter("finetune", layout.reports)
     result = train_finetune(
         examples, layout.blocks, index_path, init_checkpoint, layout.checkpoints("finetune"),
-        ModelConfig.preset(model_preset),
-        FinetuneConfig(**params.model_dump(exclude={"qa_train", "retriever"}), seed=seed),
-        progress=reporter, device=select_device(device), reader_init=reader_init,
+        ModelConfig.preset(model_preset), FinetuneConfig(**params.model_dump(include=set(FinetuneConfig.model_fields))),
+        progress=reporter, device=select_device(device), reader_init=reader_init, seed=seed,
     )
     reporter.publish_curves()
     return {**result, "index": index_path, "init_checkpoint": init_checkpoint, "reader_init": reader_init}

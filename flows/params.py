@@ -13,14 +13,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+from realm.model.finetune_settings import FinetuneConfig
 
 RunPreset = Literal["tiny", "default", "gpu"]
+ModelPreset = Literal["tiny", "fast", "default", "paper"]  # realm.model.config.PRESETS
 
 
 class RunParams(BaseModel):
     output: str = Field("runs/demo", description="run root every artifact is written under")
-    model_preset: Literal["tiny", "fast", "default", "paper"] = Field(
+    model_preset: ModelPreset = Field(
         "fast", description="realm.model.config preset (see its docstrings for the speed/fidelity trade)"
     )
     device: str | None = Field(None, description="torch device; default CUDA when present, else CPU")
@@ -84,18 +87,16 @@ class PretrainParams(BaseModel):
     )
 
 
-class FinetuneParams(BaseModel):
+class FinetuneParams(FinetuneConfig):
+    """The fine-tuning settings (`FinetuneConfig`, defined once beside the trainer) plus what
+    the flow reads them from."""
+
+    model_config = ConfigDict(frozen=False, extra="forbid")
+
     qa_train: list[str] = Field(default_factory=list, description="Open-QA training files; empty: the demo set")
     retriever: Literal["dense", "bm25"] = Field(
         "dense", description="dense: the query tower over the pre-trained index; bm25: BM25 over the blocks (BERT-Baseline)"
     )
-    steps: int = 200
-    batch_size: int = 8
-    learning_rate: float = 5e-5
-    warmup_steps: int = 30
-    checkpoint_every: int = 100
-    log_every: int = 10
-    num_read: int = 5
 
 
 class EvaluateParams(BaseModel):
@@ -126,7 +127,7 @@ def _tiny() -> PipelineParams:
         prepare=PrepareParams(limit=300),
         ict=IctParams(steps=40, batch_size=16, warmup_steps=4, checkpoint_every=20, heldout_examples=64),
         pretrain=PretrainParams(steps=30, batch_size=4, warmup_steps=3, checkpoint_every=10, refresh_every=10, heldout_examples=32),
-        finetune=FinetuneParams(steps=20, batch_size=4, warmup_steps=2, checkpoint_every=10),
+        finetune=FinetuneParams(epochs=2, batch_size=4, checkpoint_every=10, num_candidates=5),
     )
 
 
@@ -137,5 +138,5 @@ def _gpu() -> PipelineParams:
         ict=IctParams(steps=3000, batch_size=128, warmup_steps=300, checkpoint_every=500, **lengths),
         pretrain=PretrainParams(steps=3000, batch_size=32, warmup_steps=300, checkpoint_every=250, refresh_every=250,
                                 heldout_examples=1024, **lengths),
-        finetune=FinetuneParams(steps=2000, batch_size=32, warmup_steps=200, checkpoint_every=500),
+        finetune=FinetuneParams(batch_size=32, checkpoint_every=200),
     )

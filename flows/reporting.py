@@ -25,7 +25,9 @@ def _duration(seconds: float | None) -> str:
 
 
 class TrainingReporter:
-    def __init__(self, stage: str, reports_dir: Path, total_steps: int):
+    def __init__(self, stage: str, reports_dir: Path, total_steps: int | None = None):
+        """`total_steps` None: a trainer that knows its length only once it has read its data
+        (fine-tuning counts epochs); the progress dicts' `total_steps` then sets it."""
         self.stage = stage
         self.total_steps = total_steps
         self.logger = get_run_logger()
@@ -33,11 +35,12 @@ class TrainingReporter:
         self.metrics_path = reports_dir / f"{stage}_metrics.jsonl"
         self.curve_path = reports_dir / f"{stage}_loss.png"
         self.progress_id = create_progress_artifact(
-            progress=0.0, key=f"realm-{stage}-progress", description=f"{stage}: steps done / {total_steps}"
+            progress=0.0, key=f"realm-{stage}-progress", description=f"{stage}: share of the steps done"
         )
 
     def __call__(self, metrics: dict) -> None:
         step = int(metrics["step"])
+        self.total_steps = int(metrics.get("total_steps", self.total_steps))
         shown = ", ".join(
             f"{k} {v:.4g}" for k, v in metrics.items()
             if isinstance(v, float) and k not in ("steps_per_s", "eta_s", "elapsed_s")

@@ -293,7 +293,8 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
         seconds = timer.total(needed + [f"finetune_{name}"])
         for dataset, m in metrics.items():
             rows.append({
-                "system": name, "dataset": dataset, "n": m["n"], "exact_match": m["em"], "recall_at_5": m["recall_at_5"],
+                "system": name, "dataset": dataset, "n": m["n"], "exact_match": m["em"],
+                "reader_accuracy": m["reader_accuracy"], "recall_at_5": m["recall_at_5"],
                 "zero_shot_recall_at_5": zero_shot[dataset], "train_seconds": seconds, "seed": params.seed,
             })
         logger.info("%s: %s", name, ", ".join(f"{d} EM {m['em']:.3f}" for d, m in metrics.items()))
@@ -314,23 +315,29 @@ def publish_results(rows: list[dict], root: Path) -> None:
 
 
 def results_markdown(rows: list[dict]) -> str:
-    """One line per system: EM and recall@5 per dataset, zero-shot recall@5, wall time, seed."""
+    """One line per system: EM, reader accuracy and recall@5 per dataset, zero-shot recall@5,
+    wall time, seed."""
     datasets = sorted({r["dataset"] for r in rows})
     by_system: dict[str, dict[str, dict]] = defaultdict(dict)
     for row in rows:
         by_system[row["system"]][row["dataset"]] = row
-    header = ["system"] + [f"{d} EM" for d in datasets] + [f"{d} R@5" for d in datasets]
+    header = ["system"] + [f"{d} EM" for d in datasets] + [f"{d} reader acc." for d in datasets]
+    header += [f"{d} R@5" for d in datasets]
     header += [f"{d} zero-shot R@5" for d in datasets] + ["train time", "seed"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for system, cells in by_system.items():
         first = next(iter(cells.values()))
         values = [system]
-        for key in ("exact_match", "recall_at_5", "zero_shot_recall_at_5"):
-            values += [f"{cells[d][key]:.3f}" if d in cells else "" for d in datasets]
+        for key in ("exact_match", "reader_accuracy", "recall_at_5", "zero_shot_recall_at_5"):
+            values += [_cell(cells.get(d, {}).get(key)) for d in datasets]
         values += [f"{first['train_seconds'] / 60:.0f} min", str(first["seed"])]
         lines.append("| " + " | ".join(values) + " |")
     counts = ", ".join(f"{d}: {next(r['n'] for r in rows if r['dataset'] == d)} questions" for d in datasets)
     return "\n".join(lines) + f"\n\n{counts}."
+
+
+def _cell(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
 
 
 def _plot(rows: list[dict], path: Path) -> None:

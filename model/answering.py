@@ -1,5 +1,6 @@
-"""Open-QA inference: retrieve the top blocks, read the best of them, answer with the most
-probable span under p(z|x) p(span|z,x) (REALM §3.2, ORQA).
+"""Open-QA inference: retrieve the top blocks, read the best of them, answer with the span
+that wins ORQA's joint softmax over every span of every read block, each span's score plus
+its block's retrieval logit (REALM §3.2, `realm.model.reader`).
 
 `Answerer.answer` serves the evaluate flow and `realm ask`. A question (64 wordpieces) goes
 to a `QuestionRetriever`, the query tower over the fixed MIPS index (exact scores
@@ -23,7 +24,7 @@ from realm.model.checkpoint import load_components
 from realm.model.config import ModelConfig
 from realm.model.device import autocast, select_device
 from realm.model.question_retrieval import QuestionRetriever, load_question_retriever
-from realm.model.reader import Reader, best_span, reader_inputs, span_text
+from realm.model.reader import Reader, best_span, joint_span_logits, reader_inputs, span_text
 from realm.model.tokenization import MAX_QUESTION_WORDPIECES, WordPieceTokenizer
 
 
@@ -38,10 +39,11 @@ class Evidence:
 @dataclass
 class Prediction:
     question: str
-    answer: str  # the span's wordpieces detokenized (lowercase: the vocabulary is uncased)
-    score: float  # log p(z|x) + log p(span|z,x) of the answer span, p(z|x) as in `evidence`
+    answer: str  # the block's text at the answer span, as written
+    score: float  # log of the answer span's share of the joint softmax over the read blocks' spans
     probability: float  # exp(score)
     evidence: list[Evidence]  # every retrieved block, best first
+    block_id: int | None  # the block the answer was read from
 
     @property
     def retrieved_block_ids(self) -> list[int]:
@@ -134,7 +136,7 @@ class Answerer:
         retrieved = torch.from_numpy(hits.found)  # [batch, retrieve]; False past the corpus's end
         log_p_z = torch.log_softmax(hits.logits.float().cpu(), dim=-1)  # [batch, retrieve]
 
-        # Read slots past the corpus's end get an empty body: no spans, and p(z|x) = 0 below.
+        # Read slots past the corpus's end get an empty body: no spans, and no share of the joint softmax.
         bodies = [
             [self.blocks.body_ids(int(block_id)) if ok else [] for block_id, ok in zip(row_ids, row_ok)]
             for row_ids, row_ok in zip(block_ids[:, :num_read], retrieved[:, :num_read].tolist())
@@ -146,15 +148,14 @@ class Answerer:
         )
         with autocast(self.device, self.model_config.cpu_bf16_autocast):
             span_logits = self.reader.span_logits(joint.to(self.device), spans.to(self.device))  # [batch * read, spans]
-        span_logits = span_logits.cpu().view(len(questions), num_read, -1)  # [batch, read, spans]
+        joint_logits = joint_span_logits(
+            span_logits.cpu().view(len(questions), num_read, -1), hits.logits.float().cpu()[:, :num_read],
+            retrieved[:, :num_read],
+        )  # [batch, read * spans]
 
         predictions = []
         for row, question in enumerate(questions):
-            read_log_p_z = log_p_z[row, :num_read]  # [read]
-            best = best_span(read_log_p_z, span_logits[row], spans, retrieved[row, :num_read])
-            # best_span renormalises p(z|x) over the read blocks; add their share of the
-            # retrieved mass back, so the score uses the p(z|x) shown in the evidence.
-            score = best.log_prob + float(torch.logsumexp(read_log_p_z, dim=0))
+            best = best_span(joint_logits[row], spans)
             evidence = [
                 Evidence(
                     int(block_id), self.blocks.title(int(block_id)), self.blocks.text(int(block_id)), float(log_p.exp())
@@ -162,8 +163,12 @@ class Answerer:
                 for block_id, log_p, ok in zip(block_ids[row], log_p_z[row], retrieved[row])
                 if ok
             ]
-            answer = span_text(self.tokenizer, bodies[row][best.candidate], best.start, best.end)
-            predictions.append(Prediction(question, answer, score, float(np.exp(score)), evidence))
+            if not retrieved[row, best.candidate]:  # nothing retrieved at all (an empty corpus)
+                predictions.append(Prediction(question, "", float("-inf"), 0.0, evidence, None))
+                continue
+            block_id = int(block_ids[row, best.candidate])
+            answer = span_text(self.tokenizer, bodies[row][best.candidate], self.blocks.text(block_id), best.start, best.end)
+            predictions.append(Prediction(question, answer, best.log_prob, float(np.exp(best.log_prob)), evidence, block_id))
         return predictions
 
 

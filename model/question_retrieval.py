@@ -50,6 +50,10 @@ class QuestionRetriever(Protocol):
     def trainable_modules(self) -> list[torch.nn.Module]:
         """What fine-tuning optimises on the retriever side (nothing for BM25)."""
 
+    def score(self, question_ids: Sequence[Sequence[int]], block_ids: np.ndarray, found: np.ndarray) -> torch.Tensor:
+        """[n, k] logits of given blocks (`retrieve`'s for the same blocks), LOG_ZERO where not
+        `found`: fine-tuning rescores the candidates it retrieved once with the current tower."""
+
 
 def embed_questions(
     query_embedder: Embedder,
@@ -79,18 +83,27 @@ class DenseRetriever:
         return [self.query_embedder]
 
     def retrieve(self, questions: Sequence[str], question_ids: Sequence[Sequence[int]], k: int) -> Retrieved:
-        query_embeddings = embed_questions(
-            self.query_embedder, self.tokenizer, question_ids, self.device, self.model_config.cpu_bf16_autocast
-        )  # [n, d]
+        query_embeddings = self._embed(question_ids)  # [n, d]
         scores, block_ids = self.index.search(query_embeddings.detach().cpu().numpy(), k)  # [n, k] x2
         found = np.isfinite(scores)
+        return Retrieved(block_ids, found, self._logits(query_embeddings, block_ids, found))
+
+    def score(self, question_ids: Sequence[Sequence[int]], block_ids: np.ndarray, found: np.ndarray) -> torch.Tensor:
+        return self._logits(self._embed(question_ids), block_ids, found)
+
+    def _embed(self, question_ids: Sequence[Sequence[int]]) -> torch.Tensor:
+        return embed_questions(
+            self.query_embedder, self.tokenizer, question_ids, self.device, self.model_config.cpu_bf16_autocast
+        )
+
+    def _logits(self, query_embeddings: torch.Tensor, block_ids: np.ndarray, found: np.ndarray) -> torch.Tensor:
+        """[n, k] the index's scores of `block_ids`, with graph into the query tower."""
         doc_vectors = np.zeros((*block_ids.shape, self.index.dim), dtype=np.float32)  # [n, k, d]
         doc_vectors[found] = self.index.lookup(block_ids[found])
-        logits = mask_log_scores(
+        return mask_log_scores(
             relevance_scores(query_embeddings, torch.from_numpy(doc_vectors).to(self.device)),
             torch.from_numpy(found).to(self.device),
-        )  # [n, k], the index's scores but with graph into the query tower
-        return Retrieved(block_ids, found, logits)
+        )
 
 
 class Bm25Retriever:
@@ -105,8 +118,10 @@ class Bm25Retriever:
     def retrieve(self, questions: Sequence[str], question_ids: Sequence[Sequence[int]], k: int) -> Retrieved:
         scores, block_ids = self.index.search_texts(questions, k)
         found = np.isfinite(scores)
-        logits = mask_log_scores(torch.zeros(found.shape), torch.from_numpy(found)).to(self.device)
-        return Retrieved(block_ids, found, logits)
+        return Retrieved(block_ids, found, self.score(question_ids, block_ids, found))
+
+    def score(self, question_ids: Sequence[Sequence[int]], block_ids: np.ndarray, found: np.ndarray) -> torch.Tensor:
+        return mask_log_scores(torch.zeros(found.shape), torch.from_numpy(found)).to(self.device)
 
 
 def is_bm25_index(index_path: str | Path) -> bool:

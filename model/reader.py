@@ -1,10 +1,15 @@
 """The Open-QA reader: BERT over `join(q, z_body)`, span score MLP([h_start; h_end]) (REALM §3.2, ORQA).
 
 Candidate spans are every span of at most 10 wordpieces inside the block body; the
-question and the special tokens are never an answer. p(y|z,x) sums the span softmax (over
-one block's spans) over the spans whose wordpieces match an answer, so
-log p(y|z,x) = logsumexp over gold spans of the span log-softmax; `marginal_log_likelihood`
-then marginalises it over the retrieved blocks.
+question and the special tokens are never an answer. As ORQA's reader (the code REALM's
+fine-tuning ran) does it, every span's logit is its span score plus its block's retrieval
+logit f(x,z), and one softmax runs over all spans of all read blocks together
+(`joint_span_logits`): the loss marginalises over every gold span in any block, so blocks
+without the answer are negatives that get a gradient (`joint_reader_loss`), and the
+prediction is the argmax of the same logits (`best_span`). Scoring each block's spans with
+their own softmax instead lets the block whose span distribution is most peaked win,
+whatever its relevance. The answer is the block's original text between the span's
+character offsets (`span_text`), not detokenized wordpieces.
 """
 
 from __future__ import annotations
@@ -135,13 +140,20 @@ class Reader(BertPreTrainedModel):
         self.span_output = nn.Linear(config.span_hidden_size, 1)
         self.post_init()
 
+    def span_head(self) -> list[nn.Module]:
+        """The span MLP, which no warm start holds (fine-tuning gives it its own learning rate)."""
+        return [self.span_projection, self.span_norm, self.span_output]
+
     def span_logits(self, joint: BertInputs, spans: SpanTable) -> torch.Tensor:
         """[n, spans] float32 span scores; LOG_ZERO at invalid spans."""
         hidden = self.bert(**joint.as_kwargs()).last_hidden_state  # [n, length, hidden]
-        start_part, end_part = self.span_projection(hidden).chunk(2, dim=-1)  # [n, length, span_hidden] x2
-        span_hidden = _gather_positions(start_part, spans.starts) + _gather_positions(end_part, spans.ends)
-        span_hidden = self.span_norm(torch.relu(span_hidden))  # [n, spans, span_hidden]
-        logits = self.span_output(span_hidden).squeeze(-1)  # [n, spans]
+        # The head runs in float32 even under bf16 autocast: one softmax ranks thousands of
+        # spans against each other, and bf16's 8-bit mantissa ties scores ~0.4% apart.
+        with torch.autocast(hidden.device.type, enabled=False):
+            start_part, end_part = self.span_projection(hidden.float()).chunk(2, dim=-1)  # [n, length, span_hidden] x2
+            span_hidden = _gather_positions(start_part, spans.starts) + _gather_positions(end_part, spans.ends)
+            span_hidden = self.span_norm(torch.relu(span_hidden))  # [n, spans, span_hidden]
+            logits = self.span_output(span_hidden).squeeze(-1)  # [n, spans]
         return mask_log_scores(logits, spans.valid)
 
 
@@ -151,43 +163,63 @@ def _gather_positions(states: torch.Tensor, positions: torch.Tensor) -> torch.Te
     return states.gather(1, index[:, :, None].expand(-1, -1, states.shape[-1]))
 
 
-def span_log_probs(span_logits: torch.Tensor) -> torch.Tensor:
-    """[n, spans] log p(span|z,x): a softmax over each block's valid spans."""
-    return torch.log_softmax(as_float32_or_wider(span_logits), dim=-1)
+def joint_span_logits(
+    span_logits: torch.Tensor, retrieval_logits: torch.Tensor, candidate_mask: torch.Tensor
+) -> torch.Tensor:
+    """ORQA's reader logits: span score + the block's retrieval logit, every span of every read
+    block in one row, [batch, read · spans] float32; LOG_ZERO at invalid spans and at
+    candidates outside `candidate_mask`.
+
+    span_logits: [batch, read, spans]; retrieval_logits, candidate_mask: [batch, read].
+    Up to a per-question constant, log_softmax of the result is log p(z|x) + log of the
+    block's unnormalised span score, normalised over all spans of all read blocks together.
+    """
+    logits = as_float32_or_wider(span_logits) + mask_log_scores(retrieval_logits, candidate_mask)[:, :, None]
+    return logits.flatten(1)  # masked entries are ≤ LOG_ZERO + a logit: exp() of them is exactly 0
 
 
-def reader_log_likelihood(span_logits: torch.Tensor, gold_mask: torch.Tensor) -> torch.Tensor:
-    """log p(y|z,x) = logsumexp over gold spans of the span log-softmax, [n]; ≈ LOG_ZERO for a
-    block with no gold span (it then gets no weight in the marginal)."""
-    return masked_logsumexp(span_log_probs(span_logits), gold_mask, dim=-1)
+def joint_reader_loss(joint_logits: torch.Tensor, gold_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(−log Σ_{gold spans} softmax(joint_logits), answerable), both [batch]; the loss is 0
+    (still connected to the graph) where no read span is gold.
+
+    joint_logits, gold_mask: [batch, read · spans] (`joint_span_logits`; the gold mask in the
+    same block-major order, `SpanTable.gold_mask` rows of a question's blocks concatenated).
+    """
+    answerable = gold_mask.any(dim=-1)  # [batch]
+    log_z = torch.logsumexp(joint_logits, dim=-1)  # [batch]
+    log_gold = masked_logsumexp(joint_logits, gold_mask, dim=-1)  # [batch]
+    return torch.where(answerable, log_z - log_gold, torch.zeros_like(log_z)), answerable
 
 
 @dataclass(frozen=True)
 class BestSpan:
-    candidate: int  # which of the k retrieved blocks
+    candidate: int  # which of the read blocks
     start: int  # body-relative, inclusive
     end: int
-    log_prob: float  # log p(z|x) + log p(span|z,x)
+    log_prob: float  # log of its share of the joint softmax over every span of the read blocks
 
 
-def best_span(
-    retrieval_logits: torch.Tensor, span_logits: torch.Tensor, spans: SpanTable, candidate_mask: torch.Tensor
-) -> BestSpan:
-    """The most probable (block, span) of one question under p(z|x) p(span|z,x).
-
-    retrieval_logits: [k]; span_logits: [k, spans]; candidate_mask: [k].
-    """
-    log_p_z = torch.log_softmax(mask_log_scores(retrieval_logits, candidate_mask), dim=-1)  # [k]
-    joint = log_p_z[:, None] + span_log_probs(span_logits)  # [k, spans]
-    flat = int(joint.argmax())
-    candidate, span_index = divmod(flat, joint.shape[1])
+def best_span(joint_logits: torch.Tensor, spans: SpanTable) -> BestSpan:
+    """The argmax span of one question's `joint_span_logits` row, [read · spans]."""
+    log_probs = torch.log_softmax(joint_logits, dim=-1)
+    flat = int(log_probs.argmax())
+    candidate, span_index = divmod(flat, spans.valid.shape[1])
     start, end = spans.body_span(span_index)
-    return BestSpan(candidate, start, end, float(joint.flatten()[flat]))
+    return BestSpan(candidate, start, end, float(log_probs[flat]))
 
 
-def span_text(tokenizer: WordPieceTokenizer, body_ids: Sequence[int], start: int, end: int) -> str:
-    """The answer text of a body-relative span (lowercased by the uncased vocabulary)."""
-    return tokenizer.decode(list(body_ids[start : end + 1]))
+def span_text(tokenizer: WordPieceTokenizer, body_ids: Sequence[int], body_text: str, start: int, end: int) -> str:
+    """The answer: `body_text` (the block's `text`) between the character offsets of the
+    body-relative wordpiece span, so "Jay-Z", "1,000,000" and accents come back as written.
+
+    The chunker's body wordpieces are the text's own (BERT's pre-tokenizer never joins across
+    the whitespace a block starts and ends at); should a block's text not re-tokenize to its
+    body ids, the wordpieces are decoded instead (lowercase, spaced punctuation).
+    """
+    encoding = tokenizer.encode_with_offsets(body_text)
+    if encoding.ids != list(body_ids):
+        return tokenizer.decode(list(body_ids[start : end + 1]))
+    return body_text[encoding.offsets[start][0] : encoding.offsets[end][1]]
 
 
 def build_reader(config: ModelConfig) -> Reader:

@@ -1,54 +1,69 @@
 """Open-QA fine-tuning as REALM does it (ORQA's recipe): the doc index stays fixed; the query
 tower and the reader learn.
 
-Per batch of questions: the retriever (`realm.model.question_retrieval`) returns the top
-`num_retrieve` blocks. For the dense retriever the query tower embeds `[CLS] x [SEP]` (64
-wordpieces) and f(x,z) = query embedding · the block's stored index vector, so gradients
-reach the query tower and never the documents; BM25 (the BERT-Baseline) has nothing to train
-and a uniform p(z|x). The loss adds, per question, where each is defined:
-- ORQA's early update (dense only): −log Σ_{z among the top num_retrieve holding an answer}
-  p(z|x), p(z|x) a softmax over the top num_retrieve (`early_update_loss`);
-- the reader's marginal: −log Σ_{z among the top num_read} p(z|x) p(y|z,x), p(z|x)
-  renormalised over the read blocks and p(y|z,x) summed over every gold span of z (zero for a
-  block without one; `reader_log_likelihood`, `marginal_log_likelihood`).
-A question whose retrieved (or read) blocks hold no answer contributes no retriever (or
-reader) term; both cases are counted and logged. "Holds an answer" means has a gold span:
-text answers match by wordpieces (`find_gold_spans`); CuratedTrec's regex answers match
-candidate spans' text (`regex_gold_spans`).
+Retrieval runs once: each training question's top `num_candidates` blocks (the dense index
+through the starting query tower, or BM25) and their gold spans are cached before the first
+step (`CandidateCache`); a question none of whose candidates holds an answer can teach
+neither the retriever nor the reader, so it is counted and left out of the batch stream,
+which then holds only questions that carry a loss (ORQA and DPR likewise train on questions
+whose answer was retrieved). Each step rescores a batch's cached candidates with the current
+query tower (graph into it; BM25: uniform) and adds, per question:
+- ORQA's early update (dense only): −log Σ_{candidates holding an answer} p(z|x), p(z|x) a
+  softmax over the cached candidates (`early_update_loss`);
+- the reader's loss over the `num_read` best-scored candidates, as ORQA's reader: one
+  softmax over every span of every read block with the block's retrieval logit added to each
+  span's score, marginalised over all gold spans (`joint_span_logits`, `joint_reader_loss`);
+  blocks read without the answer are the question's negatives. When none of the read blocks
+  holds an answer, the best-ranked candidate that does takes the last read slot, so every
+  question has a positive beside its hard negatives (DPR's reader: 1 positive + negatives).
+"Holds an answer" means has a gold span: text answers match by wordpieces
+(`find_gold_spans`); CuratedTrec's regex answers match the block text of whole-word spans
+(`regex_gold_spans`).
+
+`validation_fraction` of the questions (chosen by a hash of the question, so the same ones on
+every run and machine) is never trained on: every `checkpoint_every` steps the model answers
+them exactly as `realm evaluate` does, and the checkpoint with the best exact match is kept
+in `<root>/best/<step>/` (`finetuned_checkpoint` finds it). The training length is given in
+epochs over the questions that carry a loss; the span MLP, which starts from scratch, has
+its own learning rate.
 
 A fresh run starts the query tower from `init_checkpoint`'s, and the reader's BERT from the
 knowledge-augmented encoder of `reader_init` (default: `init_checkpoint`) when it has one, as
 REALM does; whatever they lack (or all, without them) starts from the model config's warm
-start, and the span MLP is always fresh. Mixing the two gives the paper's ablations (REALM
-retriever + baseline encoder and the reverse). Checkpoints `checkpoints/<step>/` hold the
-reader (and query_embedder, dense) and resume exactly (the batch of step s is a function of
-(seed, s)).
+start. Mixing the two gives the paper's ablations (REALM retriever + baseline encoder and the
+reverse). Checkpoints `checkpoints/<step>/` hold the reader (and query_embedder, dense) and
+resume exactly (the batch of step s is a function of (seed, s)).
 The Prefect flow calls `train_finetune`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from realm.model.answering import question_wordpieces
+from realm.model.answer_metrics import exact_match
+from realm.model.answering import Answerer, question_wordpieces
 from realm.model.block_store import BlockStore
-from realm.model.checkpoint import load_components, save_checkpoint
+from realm.model.checkpoint import checkpoint_extra, latest_checkpoint, load_components, save_checkpoint
 from realm.model.config import ModelConfig, build_component
+from realm.model.finetune_settings import FinetuneConfig
 from realm.model.device import autocast, select_device
-from realm.model.marginal import early_update_loss, marginal_log_likelihood
+from realm.model.marginal import early_update_loss
 from realm.model.qa_data import QAExample
 from realm.model.question_retrieval import QuestionRetriever, is_bm25_index, load_question_retriever
-from realm.model.reader import Reader, build_reader, find_gold_spans, reader_inputs, reader_log_likelihood, span_text
+from realm.model.reader import Reader, build_reader, find_gold_spans, joint_reader_loss, joint_span_logits, reader_inputs
 from realm.model.retriever import Embedder
-from realm.model.tokenization import MAX_QUESTION_WORDPIECES, WordPieceTokenizer
+from realm.model.tokenization import WordPieceTokenizer
 from realm.model.training import (
     Progress,
     ProgressFn,
@@ -66,47 +81,35 @@ log = logging.getLogger(__name__)
 # `reader_init` value: the reader starts from the model config's warm start, whatever
 # `init_checkpoint` holds (the ablations' "baseline encoder").
 WARM_START = "warm-start"
+# Where the best validated checkpoint is published, under the fine-tuning checkpoint root.
+BEST_DIR = "best"
 
 # Questions counted over a run (kept in the checkpoint, so a resumed run goes on counting).
-COUNTS = ("examples_seen", "without_answer_in_retrieval", "without_answer_in_read")
+COUNTS = ("examples_seen", "without_answer_in_read")
 
 
-@dataclass(frozen=True)
-class FinetuneConfig:
-    steps: int = 1000
-    batch_size: int = 8
-    # BERT's fine-tuning range is 2e-5..5e-5 (Devlin et al.); ORQA used 1e-5 with one question
-    # per step over many more steps. Eight questions a step for ~1k steps, with a span MLP that
-    # starts from scratch, take the middle of BERT's range.
-    learning_rate: float = 3e-5
-    warmup_steps: int = 100
-    weight_decay: float = 0.01
-    checkpoint_every: int = 200
-    log_every: int = 10
-    num_read: int = 5  # blocks the reader reads (REALM and ORQA: 5)
-    num_retrieve: int = 5  # blocks the early-update retriever loss ranges over (ORQA: up to 5000)
-    seed: int = 0
-    max_question_wordpieces: int = MAX_QUESTION_WORDPIECES
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.num_read <= self.num_retrieve:
-            raise ValueError(f"need 1 <= num_read <= num_retrieve, got {self.num_read} and {self.num_retrieve}")
+def is_validation_question(question: str, fraction: float) -> bool:
+    """Whether a question is held out for validation: a hash of its text below `fraction`, so
+    the same questions on every run and machine, whatever their order or file."""
+    digest = hashlib.sha256(f"finetune-validation:{question}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
 
 
 def regex_gold_spans(
     tokenizer: WordPieceTokenizer,
     body_ids: Sequence[int],
+    body_text: str,
     patterns: Sequence[str],
     max_span_wordpieces: int = 10,
 ) -> list[tuple[int, int]]:
     """(start, end) body-relative, end inclusive, of every whole-word body span of at most
-    `max_span_wordpieces` whose `span_text` a pattern matches in full, case-insensitively.
+    `max_span_wordpieces` whose text in the block (`span_text`: "U.S.", "$1,000" as written) a
+    pattern matches in full, case-insensitively.
 
-    Why the span's text: evaluation scores exactly that string (the reader's answer) with the
-    pattern, so these are the spans an exact match rewards; in full, not DrQA's prefix match,
-    so "1903 and 1911" is no target for "1903". A pattern that does not compile matches
-    nothing. Blocks whose decoded body no pattern matches anywhere are skipped before the
-    (~10 decodes per wordpiece) span enumeration.
+    In full, not DrQA's prefix match, so "1903 and 1911" is no target for "1903". A pattern
+    that does not compile matches nothing. Blocks whose text no pattern matches anywhere are
+    skipped before the span enumeration; a block whose text does not re-tokenize to its body
+    has no spans here.
     """
     compiled = []
     for pattern in patterns:
@@ -114,37 +117,113 @@ def regex_gold_spans(
             compiled.append(re.compile(pattern, flags=re.IGNORECASE | re.UNICODE))
         except re.error:
             continue
-    body_ids = list(body_ids)
-    if not any(c.search(tokenizer.decode(body_ids)) for c in compiled):
+    if not any(c.search(body_text) for c in compiled):
         return []
-    continues_word = [t.startswith("##") for t in tokenizer.convert_ids_to_tokens(body_ids)] + [False]
+    encoding = tokenizer.encode_with_offsets(body_text)
+    if encoding.ids != list(body_ids):
+        return []
+    offsets = encoding.offsets
+    continues_word = [t.startswith("##") for t in tokenizer.convert_ids_to_tokens(encoding.ids)] + [False]
     spans = []
-    for start in range(len(body_ids)):
+    for start in range(len(offsets)):
         if continues_word[start]:
             continue
-        for end in range(start, min(start + max_span_wordpieces, len(body_ids))):
+        for end in range(start, min(start + max_span_wordpieces, len(offsets))):
             if not continues_word[end + 1]:
-                text = span_text(tokenizer, body_ids, start, end)
+                text = body_text[offsets[start][0] : offsets[end][1]]
                 if any(c.fullmatch(text) for c in compiled):
                     spans.append((start, end))
     return spans
 
 
 def gold_spans(
-    tokenizer: WordPieceTokenizer, body_ids: Sequence[int], example: QAExample, max_span_wordpieces: int
+    tokenizer: WordPieceTokenizer, blocks: BlockStore, block_id: int, example: QAExample, max_span_wordpieces: int
 ) -> list[tuple[int, int]]:
-    """The example's answer spans in a block body, by its answer type."""
+    """The example's answer spans in a block's body, by its answer type."""
+    body_ids = blocks.body_ids(block_id)
     if example.answer_type == "regex":
-        return regex_gold_spans(tokenizer, body_ids, example.answers, max_span_wordpieces)
+        return regex_gold_spans(tokenizer, body_ids, blocks.text(block_id), example.answers, max_span_wordpieces)
     return find_gold_spans(tokenizer, body_ids, example.answers, max_span_wordpieces)
+
+
+@dataclass
+class CandidateCache:
+    """Each question's candidates, retrieved once, and their gold spans."""
+
+    block_ids: np.ndarray  # [questions, candidates] int64, best first; -1 past the corpus's end
+    found: np.ndarray  # [questions, candidates] bool
+    gold: list[list[list[tuple[int, int]]]]  # [questions][candidates] body-relative (start, end)
+
+    @property
+    def holds_answer(self) -> np.ndarray:
+        """[questions, candidates] bool."""
+        return np.array([[bool(spans) for spans in row] for row in self.gold], dtype=bool).reshape(self.found.shape)
+
+    @classmethod
+    @torch.no_grad()
+    def build(
+        cls,
+        retriever: QuestionRetriever,
+        tokenizer: WordPieceTokenizer,
+        blocks: BlockStore,
+        examples: Sequence[QAExample],
+        model_config: ModelConfig,
+        config: FinetuneConfig,
+        retrieved: tuple[np.ndarray, np.ndarray] | None = None,
+        batch_size: int = 64,
+    ) -> CandidateCache:
+        """Retrieve each example's top `config.num_candidates` (or take `retrieved`, the
+        (block_ids, found) a checkpoint recorded) and find their gold spans."""
+        if retrieved is None:
+            hits = [
+                retriever.retrieve(
+                    questions, question_wordpieces(tokenizer, questions, config.max_question_wordpieces),
+                    config.num_candidates,
+                )
+                for questions in (
+                    [e.question for e in examples[start : start + batch_size]]
+                    for start in range(0, len(examples), batch_size)
+                )
+            ]
+            retrieved = np.concatenate([h.block_ids for h in hits]), np.concatenate([h.found for h in hits])
+        block_ids, found = retrieved
+        if block_ids.shape != (len(examples), config.num_candidates):
+            raise ValueError(
+                f"recorded candidates have shape {block_ids.shape}, expected ({len(examples)}, {config.num_candidates}): "
+                "the checkpoint was trained on other questions or settings; use a new run root"
+            )
+        gold = [
+            [
+                gold_spans(tokenizer, blocks, int(b), example, model_config.max_span_wordpieces) if ok else []
+                for b, ok in zip(row_ids, row_found)
+            ]
+            for example, row_ids, row_found in zip(examples, block_ids, found)
+        ]
+        return cls(block_ids, found, gold)
 
 
 @dataclass
 class StepStats:
     retriever_loss: float
     reader_loss: float
-    without_answer_in_retrieval: int  # questions none of whose retrieved blocks holds an answer
-    without_answer_in_read: int  # ... none of whose read blocks does (the reader term is left out)
+    without_answer_in_read: int  # questions whose best-scored read blocks held no answer (a gold block was swapped in)
+
+
+def read_slots(logits: torch.Tensor, holds_answer: torch.Tensor, num_read: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(candidate indices the reader reads [batch, num_read], rows where a gold block had to be
+    swapped in [batch]): the `num_read` best-scored candidates, the last replaced by the
+    best-scored one holding an answer when none of them does.
+
+    logits, holds_answer: [batch, candidates]; ties keep the retrieval order (BM25's uniform
+    logits read its top `num_read`).
+    """
+    order = torch.sort(logits.detach(), dim=-1, descending=True, stable=True).indices  # [batch, candidates]
+    read = order[:, :num_read].clone()
+    ordered_gold = holds_answer.gather(1, order)  # [batch, candidates]
+    swapped = ~ordered_gold[:, :num_read].any(dim=-1) & ordered_gold.any(dim=-1)
+    first_gold = ordered_gold.float().argmax(dim=-1)  # first True in score order
+    read[swapped, -1] = order[swapped, first_gold[swapped]]
+    return read, swapped
 
 
 def finetune_loss(
@@ -153,54 +232,57 @@ def finetune_loss(
     tokenizer: WordPieceTokenizer,
     blocks: BlockStore,
     examples: Sequence[QAExample],
+    candidates: CandidateCache,
+    rows: np.ndarray,
     model_config: ModelConfig,
     config: FinetuneConfig,
     device: torch.device,
 ) -> tuple[torch.Tensor, StepStats]:
-    """Early-update retriever loss + reader marginal loss of a batch (module docstring), each
-    a mean over the questions it is defined for; float32 scalar with graph."""
-    size, read = len(examples), config.num_read
-    questions = [e.question for e in examples]
-    question_ids = question_wordpieces(tokenizer, questions, config.max_question_wordpieces)
-    hits = retriever.retrieve(questions, question_ids, config.num_retrieve)
-    block_ids, retrieved = hits.block_ids, hits.found  # [batch, retrieve] x2
-    retrieved_mask = torch.from_numpy(retrieved).to(device)
-    retrieval_logits = hits.logits  # [batch, retrieve]; graph into the query tower when dense
-
-    bodies = [
-        [blocks.body_ids(int(b)) if ok else [] for b, ok in zip(row_ids, row_ok)]
-        for row_ids, row_ok in zip(block_ids, retrieved)
-    ]
-    golds = [
-        [gold_spans(tokenizer, body, example, model_config.max_span_wordpieces) for body in row]
-        for row, example in zip(bodies, examples)
-    ]  # [batch][retrieve] lists of (start, end)
-    holds_answer = torch.tensor([[bool(spans) for spans in row] for row in golds], device=device)  # [batch, retrieve]
+    """Early-update retriever loss + joint reader loss of the questions `rows` (module
+    docstring), each a mean over the questions it is defined for; float32 scalar with graph."""
+    size, read = len(rows), config.num_read
+    question_ids = question_wordpieces(tokenizer, [examples[r].question for r in rows], config.max_question_wordpieces)
+    block_ids, found = candidates.block_ids[rows], candidates.found[rows]  # [batch, candidates] x2
+    logits = retriever.score(question_ids, block_ids, found)  # [batch, candidates]; graph into the query tower
+    found_mask = torch.from_numpy(found).to(device)
+    holds_answer = torch.from_numpy(candidates.holds_answer[rows]).to(device)  # [batch, candidates]
     if retriever.trainable_modules():
-        retriever_loss = early_update_loss(retrieval_logits, holds_answer, retrieved_mask)
+        retriever_loss = early_update_loss(logits, holds_answer, found_mask)
     else:  # BM25: nothing to train
-        retriever_loss = retrieval_logits.new_zeros(())
+        retriever_loss = logits.new_zeros(())
 
+    slots, swapped = read_slots(logits, holds_answer & found_mask, read)  # [batch, read], [batch]
+    slot_rows = slots.cpu().numpy()
+    bodies = [
+        [blocks.body_ids(int(block_ids[i, c])) if found[i, c] else [] for c in slot_rows[i]] for i in range(size)
+    ]
     joint, spans = reader_inputs(
-        tokenizer,
-        [(q, body) for q, row in zip(question_ids, bodies) for body in row[:read]],
-        model_config.max_span_wordpieces,
+        tokenizer, [(q, body) for q, row in zip(question_ids, bodies) for body in row], model_config.max_span_wordpieces
     )
-    gold_mask = spans.gold_mask([g for row in golds for g in row[:read]]).to(device)  # [batch * read, spans]
+    gold_mask = spans.gold_mask(
+        [candidates.gold[r][c] for i, r in enumerate(rows) for c in slot_rows[i]]
+    ).to(device)  # [batch * read, spans]
     with autocast(device, model_config.cpu_bf16_autocast):
         span_logits = reader.span_logits(joint.to(device), spans.to(device))  # [batch * read, spans]
-    log_p_y_given_z = reader_log_likelihood(span_logits, gold_mask).view(size, read)  # [batch, read]
-    log_p_y = marginal_log_likelihood(retrieval_logits[:, :read], log_p_y_given_z, retrieved_mask[:, :read])  # [batch]
-    answerable = gold_mask.view(size, -1).any(dim=-1)  # [batch]
-    reader_loss = torch.where(answerable, -log_p_y, torch.zeros_like(log_p_y)).sum() / answerable.sum().clamp(min=1)
+    joint_logits = joint_span_logits(
+        span_logits.view(size, read, -1), logits.gather(1, slots), found_mask.gather(1, slots)
+    )  # [batch, read * spans]
+    per_question, answerable = joint_reader_loss(joint_logits, gold_mask.view(size, -1))
+    reader_loss = per_question.sum() / answerable.sum().clamp(min=1)
 
     stats = StepStats(
         retriever_loss=retriever_loss.item(),
         reader_loss=reader_loss.item(),
-        without_answer_in_retrieval=int((~holds_answer.any(dim=-1)).sum()),
-        without_answer_in_read=int((~answerable).sum()),
+        without_answer_in_read=int(swapped.sum()),
     )
     return retriever_loss + reader_loss, stats
+
+
+def validation_exact_match(answerer: Answerer, examples: Sequence[QAExample], num_read: int) -> float:
+    """Exact match of `answerer` on `examples`, answered as `realm evaluate` answers; leaves
+    the retriever and reader in eval mode."""
+    predictions = answerer.answer([e.question for e in examples], num_read=num_read, num_retrieve=num_read)
+    return float(np.mean([exact_match(p.answer, e.answers, e.answer_type) for p, e in zip(predictions, examples)]))
 
 
 def initial_components(
@@ -246,6 +328,11 @@ def _load_into(target: torch.nn.Module, source: torch.nn.Module, checkpoint: str
         raise ValueError(f"{checkpoint}: {name} does not match the model config: {error}") from error
 
 
+def finetuned_checkpoint(checkpoint_root: str | Path) -> Path | None:
+    """The checkpoint a fine-tuning run publishes: its best validated one, else its newest."""
+    return latest_checkpoint(Path(checkpoint_root) / BEST_DIR) or latest_checkpoint(checkpoint_root)
+
+
 def train_finetune(
     examples: list[QAExample],
     blocks_path: str,
@@ -257,22 +344,25 @@ def train_finetune(
     progress: ProgressFn | None = None,
     device: torch.device | None = None,
     reader_init: str | None = None,
+    seed: int = 0,
 ) -> dict:
-    """Fine-tune to `config.steps` against the published index `index_path` (a dense
-    `index/<step>/`, or a BM25 index), resuming from the newest checkpoint under `checkpoint_root`. Returns {step, checkpoint,
-    steps_per_s, final_loss (the last step trained, here or before a resume), examples_seen,
-    examples_without_answer_in_retrieval, examples_without_answer_in_read,
-    fraction_without_answer_in_retrieval} (counts over the whole run, resumes included)."""
-    if not examples:
-        raise ValueError("no training questions")
+    """Fine-tune against the published index `index_path` (a dense `index/<step>/`, or a BM25
+    index), resuming from the newest checkpoint under `checkpoint_root`. Returns {step,
+    checkpoint (the best validated, else the last), best_validation_em, steps_per_s,
+    final_loss (the last step trained, here or before a resume), training_questions,
+    validation_questions, without_answer_in_candidates, examples_seen,
+    examples_without_answer_in_read} (counts over the whole run, resumes included)."""
+    validation = [e for e in examples if is_validation_question(e.question, config.validation_fraction)]
+    training = [e for e in examples if not is_validation_question(e.question, config.validation_fraction)]
+    if not training:
+        raise ValueError(f"no training questions (of {len(examples)}, all held out for validation)")
     set_transformers_verbosity_error()
     device = device or select_device()
     tokenizer = model_config.tokenizer()
-    blocks = BlockStore.from_parquet(blocks_path)
+    blocks = BlockStore.from_parquet(blocks_path, with_text=True)
     dense = not is_bm25_index(index_path)
-    rows = np.arange(len(examples))
 
-    seed_everything(config.seed)
+    seed_everything(seed)
     resume = latest_resume_point(checkpoint_root, device)
     needed = {"query_embedder", "reader"} if dense else {"reader"}
     if resume and set(resume.components) != needed:
@@ -283,55 +373,96 @@ def train_finetune(
     components = resume.components if resume else initial_components(
         init_checkpoint, model_config, device, reader_init=reader_init, with_query_embedder=dense
     )
-    reader = components["reader"].train()
+    reader = components["reader"]
     retriever = load_question_retriever(index_path, components.get("query_embedder"), model_config, device)
     trained = {name: components[name] for name in sorted(needed)}
-    for module in retriever.trainable_modules():
-        module.train()
-    optimizer = build_optimizer([*retriever.trainable_modules(), reader], config.learning_rate, config.weight_decay)
-    scheduler = build_scheduler(optimizer, config.warmup_steps, config.steps)
+    answerer = Answerer(retriever, reader, blocks, tokenizer, model_config, device)  # validation; sets eval mode
+
+    # The candidates come from the starting query tower; a resumed run reads the ones its
+    # checkpoint recorded, so it trains on the same stream an uninterrupted run would.
+    recorded = checkpoint_extra(resume.checkpoint)["candidates"] if resume else None
+    candidates = CandidateCache.build(
+        retriever, tokenizer, blocks, training, model_config, config,
+        retrieved=None if recorded is None else (recorded["block_ids"].numpy(), recorded["found"].numpy()),
+    )
+    rows = np.flatnonzero(candidates.holds_answer.any(axis=1))
+    if len(rows) == 0:
+        raise ValueError(
+            f"none of the {len(training)} training questions has an answer in its top {config.num_candidates} blocks"
+        )
+    total_steps = math.ceil(config.epochs * len(rows) / config.batch_size)
+
+    head = torch.nn.ModuleList(reader.span_head())
+    modules = [head, *retriever.trainable_modules(), reader]
+    rates = [config.span_head_learning_rate] + [config.learning_rate] * (len(modules) - 1)
+    optimizer = build_optimizer(modules, config.learning_rate, config.weight_decay, learning_rates=rates)
+    scheduler = build_scheduler(optimizer, round(config.warmup_fraction * total_steps), total_steps)
     state = resume.restore(optimizer, scheduler) if resume else None
     step = state.step if state else 0
     counts = state.extra["counts"] if state else dict.fromkeys(COUNTS, 0)
     final_loss = state.extra["loss"] if state else None
+    best = state.extra["best"] if state else None  # {"step", "exact_match", "checkpoint"}
     checkpoint = resume.checkpoint if resume else None
-    meter = Progress(config.steps, start_step=step)
-    log.info("fine-tuning on %d questions from step %d to %d", len(examples), step, config.steps)
+    meter = Progress(total_steps, start_step=step)
+    log.info(
+        "fine-tuning on %d of %d questions (%d without an answer in their top %d blocks, %d held out for validation), "
+        "%.3g epochs = %d steps from step %d",
+        len(rows), len(examples), len(training) - len(rows), config.num_candidates, len(validation),
+        config.epochs, total_steps, step,
+    )
+
+    recorded = {"block_ids": torch.from_numpy(candidates.block_ids), "found": torch.from_numpy(candidates.found)}
 
     def save() -> str:
-        extra = {"loss": final_loss, "counts": counts, "index_path": str(index_path)}
+        nonlocal best
+        extra = {"loss": final_loss, "counts": counts, "index_path": str(index_path), "best": best, "candidates": recorded}
+        if validation:
+            em = validation_exact_match(answerer, validation, config.num_read)
+            log.info("step %d: validation exact match %.3f on %d questions", step, em, len(validation))
+            if best is None or em > best["exact_match"]:
+                published = save_checkpoint(Path(checkpoint_root) / BEST_DIR, step, trained, extra=extra, keep=1)
+                best = {"step": step, "exact_match": em, "checkpoint": str(published)}
+            extra["best"] = best
         return str(save_checkpoint(checkpoint_root, step, trained, optimizer, scheduler, extra=extra))
 
-    while step < config.steps:
-        batch = [examples[row] for row in batch_rows(rows, config.batch_size, config.seed, step)]
-        loss, stats = finetune_loss(retriever, reader, tokenizer, blocks, batch, model_config, config, device)
+    for module in [*retriever.trainable_modules(), reader]:
+        module.train()
+    while step < total_steps:
+        batch = batch_rows(rows, config.batch_size, seed, step)
+        loss, stats = finetune_loss(
+            retriever, reader, tokenizer, blocks, training, candidates, batch, model_config, config, device
+        )
         final_loss = apply_update(loss, optimizer, scheduler, "fine-tuning", step + 1)
         step += 1
         counts["examples_seen"] += len(batch)
-        counts["without_answer_in_retrieval"] += stats.without_answer_in_retrieval
         counts["without_answer_in_read"] += stats.without_answer_in_read
         metrics = meter.update(
             step,
             loss=final_loss,
             retriever_loss=stats.retriever_loss,
             reader_loss=stats.reader_loss,
-            fraction_without_answer_in_retrieval=counts["without_answer_in_retrieval"] / counts["examples_seen"],
-            learning_rate=scheduler.get_last_lr()[0],
+            epoch=step * config.batch_size / len(rows),
+            fraction_without_answer_in_read=counts["without_answer_in_read"] / counts["examples_seen"],
+            learning_rate=scheduler.get_last_lr()[-1],
         )
-        if progress is not None and (step % config.log_every == 0 or step == config.steps):
+        if progress is not None and (step % config.log_every == 0 or step == total_steps):
             progress(metrics)
-        if step % config.checkpoint_every == 0 or step == config.steps:
+        if step % config.checkpoint_every == 0 or step == total_steps:
             checkpoint = save()
-    if checkpoint is None:  # steps == 0 on a fresh run: still publish the starting components
+            for module in [*retriever.trainable_modules(), reader]:
+                module.train()
+    if checkpoint is None:  # a fresh run with nothing to train: still publish the starting components
         checkpoint = save()
 
     return {
         "step": step,
-        "checkpoint": str(checkpoint),
+        "checkpoint": best["checkpoint"] if best else str(checkpoint),
+        "best_validation_em": best["exact_match"] if best else None,
         "steps_per_s": meter.steps_per_s(),
         "final_loss": final_loss,
+        "training_questions": len(rows),
+        "validation_questions": len(validation),
+        "without_answer_in_candidates": len(training) - len(rows),
         "examples_seen": counts["examples_seen"],
-        "examples_without_answer_in_retrieval": counts["without_answer_in_retrieval"],
         "examples_without_answer_in_read": counts["without_answer_in_read"],
-        "fraction_without_answer_in_retrieval": counts["without_answer_in_retrieval"] / max(1, counts["examples_seen"]),
     }

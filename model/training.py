@@ -56,10 +56,14 @@ def set_transformers_verbosity_error() -> None:
 
 
 def build_optimizer(
-    modules_in_order: Sequence[nn.Module], learning_rate: float, weight_decay: float = 0.01
+    modules_in_order: Sequence[nn.Module],
+    learning_rate: float,
+    weight_decay: float = 0.01,
+    learning_rates: Sequence[float] | None = None,
 ) -> torch.optim.AdamW:
     """AdamW over the parameters of `modules_in_order`, biases and LayerNorm weights (every
-    parameter with < 2 dims) without weight decay, as BERT trains.
+    parameter with < 2 dims) without weight decay, as BERT trains; `learning_rates`, one per
+    module, gives a module its own peak rate (a fresh head beside a warm-started body).
 
     Frozen parameters are in the groups too: they never get a gradient, so AdamW neither moves
     them nor keeps state for them, and the groups have the same size whichever parts are
@@ -67,20 +71,32 @@ def build_optimizer(
 
     The order of the modules fixes the order of the optimizer's parameters, which its saved
     state refers to: pass them in the same order on resume. A parameter shared by two modules
-    (tied embeddings) is optimised once. Parameters must be on CPU or CUDA (fused AdamW).
+    (tied embeddings, or a head listed before the model holding it) is optimised once, at the
+    rate of its first module. Parameters must be on CPU or CUDA (fused AdamW).
     """
+    rates = list(learning_rates) if learning_rates is not None else [learning_rate] * len(modules_in_order)
+    if len(rates) != len(modules_in_order):
+        raise ValueError(f"{len(rates)} learning rates for {len(modules_in_order)} modules")
     seen: set[int] = set()
-    decay, no_decay = [], []
-    for module in modules_in_order:
+    groups: dict[float, tuple[list, list]] = {}  # rate -> (decay, no_decay), in order of first use
+    for module, rate in zip(modules_in_order, rates):
+        decay, no_decay = groups.setdefault(rate, ([], []))
         for parameter in module.parameters():
             if id(parameter) in seen:
                 continue
             seen.add(id(parameter))
             (decay if parameter.ndim >= 2 else no_decay).append(parameter)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    param_groups = [
+        group
+        for rate, (decay, no_decay) in groups.items()
+        for group in (
+            {"params": decay, "weight_decay": weight_decay, "lr": rate},
+            {"params": no_decay, "weight_decay": 0.0, "lr": rate},
+        )
+    ]
     # fused: one kernel per parameter group instead of ~10 ops per tensor; on this CPU 8.5x
     # faster over the `fast` preset's three towers (1.19 s -> 0.14 s a step, a third of a step).
-    return torch.optim.AdamW(groups, lr=learning_rate, fused=True)
+    return torch.optim.AdamW(param_groups, lr=learning_rate, fused=True)
 
 
 # BERT's and ORQA's optimizers clip the global gradient norm at 1.0; a fresh head (MLM, span

@@ -8,6 +8,8 @@ REPRODUCTION_RESULTS = pa.schema(
         pa.field("dataset", pa.string(), nullable=False),
         pa.field("n", pa.int64(), nullable=False),  # questions evaluated
         pa.field("exact_match", pa.float64(), nullable=False),
+        # exact match among the questions with an answer in the blocks read; null when none has
+        pa.field("reader_accuracy", pa.float64(), nullable=True),
         pa.field("recall_at_5", pa.float64(), nullable=False),  # after fine-tuning
         pa.field("zero_shot_recall_at_5", pa.float64(), nullable=False),  # the retriever before fine-tuning
         pa.field("train_seconds", pa.float64(), nullable=False),  # every stage the system needs, shared ones included

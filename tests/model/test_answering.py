@@ -14,7 +14,7 @@ from realm.model.inputs import pad_batch
 from realm.model.bm25 import Bm25Index
 from realm.model.mips import BruteForceIndex, MipsIndex
 from realm.model.question_retrieval import DenseRetriever
-from realm.model.reader import build_reader, reader_inputs, span_log_probs, span_text
+from realm.model.reader import build_reader, reader_inputs, span_text
 from realm.model.retriever import Embedder
 from realm.model.tokenization import join
 from realm.schemas import BLOCKS, write_table
@@ -63,9 +63,10 @@ def bm25_path(qa_corpus, tmp_path_factory) -> str:
     return str(Bm25Index.from_blocks(qa_corpus[0]).save(tmp_path_factory.mktemp("bm25")))
 
 
-def _spans_of(tokenizer, body_ids, max_span=10) -> set[str]:
+def _spans_of(tokenizer, blocks, block_id, max_span=10) -> set[str]:
+    body_ids, text = blocks.body_ids(block_id), blocks.text(block_id)
     return {
-        span_text(tokenizer, body_ids, start, end)
+        span_text(tokenizer, body_ids, text, start, end)
         for start in range(len(body_ids))
         for end in range(start, min(start + max_span, len(body_ids)))
     }
@@ -90,27 +91,30 @@ def test_evidence_is_the_mips_top_k_with_probabilities_summing_to_one(answerer, 
         assert all((e.title, e.text) == texts[e.block_id] for e in prediction.evidence)
 
 
-def test_answer_is_the_best_span_of_the_read_blocks_scored_one_block_at_a_time(answerer, tokenizer):
-    """Brute force: each read block through the reader alone (no batching, no padding);
-    the answer is the argmax of log p(z|x) + log p(span|z,x), p(z|x) over the retrieved."""
+def test_answer_is_the_argmax_of_one_softmax_over_the_read_blocks_spans_scored_one_block_at_a_time(
+    answerer, tokenizer
+):
+    """Brute force: each read block through the reader alone (no batching, no padding); every
+    (block, span) scores log p(z|x) + span score, p(z|x) over the retrieved blocks (a constant
+    away from the retrieval logit); the answer is the argmax, its score the log of its share
+    of one softmax over all of them, and its text the block's own."""
     num_read = 3
     for prediction in answerer.answer(QUESTIONS, num_read=num_read, num_retrieve=6):
         question_ids = tokenizer.encode(prediction.question)
-        best_score, best_answer = -math.inf, None
+        scores, answers = [], []
         for evidence in prediction.evidence[:num_read]:
             body = answerer.blocks.body_ids(evidence.block_id)
             joint, spans = reader_inputs(tokenizer, [(question_ids, body)])
             with torch.no_grad():
-                log_probs = span_log_probs(answerer.reader.span_logits(joint, spans))[0]  # [spans]
-            span_index = int(log_probs.argmax())
-            score = math.log(evidence.probability) + float(log_probs[span_index])
-            if score > best_score:
-                best_score, best_answer = score, span_text(tokenizer, body, *spans.body_span(span_index))
-        assert prediction.score == pytest.approx(best_score, abs=1e-4)
-        assert prediction.answer == best_answer
+                span_logits = answerer.reader.span_logits(joint, spans)[0]  # [spans]
+            for span_index in spans.valid[0].nonzero().flatten().tolist():
+                scores.append(math.log(evidence.probability) + float(span_logits[span_index]))
+                answers.append((evidence.block_id, span_text(tokenizer, body, evidence.text, *spans.body_span(span_index))))
+        best = int(np.argmax(scores))
+        assert prediction.score == pytest.approx(scores[best] - float(torch.logsumexp(torch.tensor(scores), 0)), abs=1e-4)
+        assert (prediction.block_id, prediction.answer) == answers[best]
         assert prediction.probability == pytest.approx(math.exp(prediction.score))
-        read_bodies = [answerer.blocks.body_ids(b) for b in prediction.retrieved_block_ids[:num_read]]
-        assert any(prediction.answer in _spans_of(tokenizer, body) for body in read_bodies)
+        assert prediction.answer in _spans_of(tokenizer, answerer.blocks, prediction.block_id)
 
 
 def test_retrieving_more_than_the_corpus_returns_every_block_once(answerer):
@@ -147,8 +151,8 @@ def test_bm25_answerer_reads_the_bm25_top_k_with_a_uniform_retrieval_distributio
     for prediction, expected in zip(predictions, expected_ids):
         assert prediction.retrieved_block_ids == expected.tolist()
         assert [e.probability for e in prediction.evidence] == pytest.approx([0.25] * 4)
-        read_bodies = [answerer.blocks.body_ids(b) for b in prediction.retrieved_block_ids[:2]]
-        assert any(prediction.answer in _spans_of(answerer.tokenizer, body) for body in read_bodies)
+        assert prediction.block_id in prediction.retrieved_block_ids[:2]
+        assert prediction.answer in _spans_of(answerer.tokenizer, answerer.blocks, prediction.block_id)
     capital = dict(zip(QUESTIONS, predictions))["What is the capital of France?"]
     assert "Paris" in capital.evidence[0].text  # the only block with both "capital" and "France"
 

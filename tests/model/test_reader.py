@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from realm.model.reader import (
@@ -5,9 +6,10 @@ from realm.model.reader import (
     build_reader,
     enumerate_spans,
     find_gold_spans,
+    joint_reader_loss,
+    joint_span_logits,
     normalize_answer,
     reader_inputs,
-    reader_log_likelihood,
     span_text,
 )
 
@@ -18,10 +20,27 @@ def test_normalize_answer():
 
 
 def test_gold_spans_match_whole_words_after_normalisation(tokenizer):
-    body = tokenizer.encode("The Beatles played with the artist Art Garfunkel in 1969.")
+    text = "The Beatles played with the artist Art Garfunkel in 1969."
+    body = tokenizer.encode(text)
     spans = find_gold_spans(tokenizer, body, ["the Beatles", "art"])
-    texts = {span_text(tokenizer, body, s, e) for s, e in spans}
-    assert texts == {"the beatles", "beatles", "art"}  # "art" inside "artist" is not a match
+    texts = {span_text(tokenizer, body, text, s, e) for s, e in spans}
+    assert texts == {"The Beatles", "Beatles", "Art"}  # "art" inside "artist" is not a match
+
+
+def test_span_text_is_the_block_text_as_written(tokenizer):
+    text = "Jay-Z paid $1,000,000 to the U.S. Treasury in São Paulo."
+    body = tokenizer.encode(text)
+
+    def answer(words: str) -> str:
+        (start, end), *_ = find_gold_spans(tokenizer, body, [words])
+        return span_text(tokenizer, body, text, start, end)
+
+    assert answer("jay-z") == "Jay-Z"
+    assert answer("1,000,000") == "1,000,000"
+    assert answer("u.s.") == "U.S."
+    assert answer("sao paulo") == "São Paulo"  # the uncased vocabulary strips the accent; the answer keeps it
+    # A text that does not tokenize to the body (not a block's own text): decoded wordpieces instead.
+    assert span_text(tokenizer, body, "something else", 0, 2) == "jay - z"
 
 
 def test_gold_spans_respect_max_width(tokenizer):
@@ -41,27 +60,58 @@ def test_spans_lie_inside_the_body_and_are_at_most_ten_wordpieces():
         assert set(zip(starts.tolist(), ends.tolist())) == expected
 
 
-def test_reader_log_likelihood_is_logsumexp_of_gold_span_log_softmax(tiny_config, tokenizer):
+def test_joint_loss_is_one_softmax_over_every_span_of_every_block_plus_its_retrieval_logit(tiny_config, tokenizer):
+    """Brute force over (block, span) pairs: logit = span score + the block's retrieval logit;
+    loss = −log Σ_gold exp / Σ_all exp; the block without the answer is in the denominator."""
     reader = build_reader(tiny_config).eval()
     question = tokenizer.encode("who wrote the first algorithm")
-    bodies = [tokenizer.encode("ada lovelace wrote it for the engine"), tokenizer.encode("the nile is long")]
+    texts = ["ada lovelace wrote it for the engine", "the nile is long"]
+    bodies = [tokenizer.encode(t) for t in texts]
     joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies])
     assert spans.starts[:, 0].tolist() == [len(question) + 2] * 2
     assert spans.valid.sum(1).tolist() == [sum(min(10, len(b) - i) for i in range(len(b))) for b in bodies]
     gold = spans.gold_mask([find_gold_spans(tokenizer, body, ["Ada Lovelace"]) for body in bodies])
     assert gold[0].sum() == 1 and gold[1].sum() == 0
 
+    retrieval_logits = torch.tensor([[0.5, 1.5]])  # the block without the answer scores higher
     with torch.no_grad():
-        logits = reader.span_logits(joint, spans)
-    got = reader_log_likelihood(logits, gold)
-    valid_logits = logits[0][spans.valid[0]]
-    manual = torch.logsumexp(logits[0][gold[0]] - torch.logsumexp(valid_logits, 0), 0)
-    torch.testing.assert_close(got[0], manual)
-    assert got[1] < -1e29  # no gold span: no weight in the marginal
+        span_logits = reader.span_logits(joint, spans)  # [2, spans]
+    joint_logits = joint_span_logits(span_logits[None], retrieval_logits, torch.tensor([[True, True]]))
+    loss, answerable = joint_reader_loss(joint_logits, gold.view(1, -1))
 
-    best = best_span(torch.tensor([2.0, -2.0]), logits, spans, torch.tensor([True, True]))
-    assert best.end - best.start < 10
-    assert span_text(tokenizer, bodies[best.candidate], best.start, best.end)
+    pairs = [
+        (float(span_logits[z, i]) + float(retrieval_logits[0, z]), bool(gold[z, i]))
+        for z in range(2)
+        for i in range(spans.valid.shape[1])
+        if spans.valid[z, i]
+    ]
+    all_scores = torch.tensor([score for score, _ in pairs], dtype=torch.float64)
+    gold_scores = torch.tensor([score for score, is_gold in pairs if is_gold], dtype=torch.float64)
+    expected = torch.logsumexp(all_scores, 0) - torch.logsumexp(gold_scores, 0)
+    assert answerable.tolist() == [True]
+    assert float(loss[0]) == pytest.approx(float(expected), rel=1e-5)
+
+    best = best_span(joint_logits[0], spans)
+    best_score = max(score for score, _ in pairs)
+    assert best.log_prob == pytest.approx(best_score - float(torch.logsumexp(all_scores, 0)), abs=1e-5)
+    start, end = best.start + len(question) + 2, best.end + len(question) + 2
+    assert float(span_logits[best.candidate, spans.index(best.start, best.end)]) + float(
+        retrieval_logits[0, best.candidate]
+    ) == pytest.approx(best_score, abs=1e-5)
+    assert spans.starts[best.candidate, spans.index(best.start, best.end)] == start
+    assert spans.ends[best.candidate, spans.index(best.start, best.end)] == end
+
+
+def test_a_question_with_no_gold_span_carries_no_loss_and_masked_blocks_no_probability(tiny_config, tokenizer):
+    reader = build_reader(tiny_config).eval()
+    question = tokenizer.encode("who wrote it")
+    joint, spans = reader_inputs(tokenizer, [(question, tokenizer.encode("the nile is long")), (question, [])])
+    span_logits = reader.span_logits(joint, spans)[None]  # [1, 2, spans]
+    joint_logits = joint_span_logits(span_logits, torch.tensor([[0.0, 5.0]]), torch.tensor([[True, False]]))
+    loss, answerable = joint_reader_loss(joint_logits, torch.zeros_like(joint_logits, dtype=torch.bool))
+    assert answerable.tolist() == [False] and loss.tolist() == [0.0]
+    assert loss.requires_grad
+    assert torch.softmax(joint_logits, -1)[0, spans.valid.shape[1]:].sum() == 0  # the empty, masked slot
 
 
 def test_spans_follow_a_body_cut_short_by_the_joint_length(tokenizer):

@@ -8,19 +8,31 @@ import numpy as np
 import pytest
 import torch
 
+from realm.model.answering import Answerer
 from realm.model.block_store import BlockStore
+from realm.model.bm25 import Bm25Index
 from realm.model.checkpoint import load_components, save_checkpoint
 from realm.model.config import build_component
 from realm.model.encoder import build_encoder
+from realm.model.finetune_settings import FinetuneConfig
 from realm.model.inputs import pad_batch
-from realm.model.bm25 import Bm25Index
 from realm.model.mips import MipsIndex
 from realm.model.qa_data import QAExample
 from realm.model.question_retrieval import DenseRetriever
-from realm.model.reader import build_reader, find_gold_spans, reader_inputs, reader_log_likelihood, span_text
+from realm.model.reader import build_reader, find_gold_spans, reader_inputs, span_text
 from realm.model.retriever import Embedder
 from realm.model.tokenization import join
-from realm.model.train_finetune import WARM_START, FinetuneConfig, finetune_loss, regex_gold_spans, train_finetune
+from realm.model.train_finetune import (
+    WARM_START,
+    CandidateCache,
+    finetune_loss,
+    finetuned_checkpoint,
+    is_validation_question,
+    read_slots,
+    regex_gold_spans,
+    train_finetune,
+    validation_exact_match,
+)
 from tests.model.test_answering import write_qa_corpus
 
 CPU = torch.device("cpu")
@@ -31,9 +43,11 @@ EXAMPLES = [
     QAExample("In which years did Marie Curie win Nobel Prizes?", [r"19(03|11)"], "trec", "regex"),
 ]
 UNANSWERABLE = QAExample("Who painted the Mona Lisa?", ["Leonardo da Vinci"], "test")
-# Reading the whole 8-block corpus, so every answerable question is answerable in its read blocks.
+# Every block of the 8-block corpus is a candidate and is read, so every answerable question
+# is answerable in its read blocks; no validation unless a test asks for it.
 CONFIG = FinetuneConfig(
-    steps=4, batch_size=3, learning_rate=1e-3, warmup_steps=1, checkpoint_every=2, log_every=1, num_read=8, num_retrieve=8
+    epochs=1, batch_size=3, learning_rate=1e-3, span_head_learning_rate=1e-3, warmup_fraction=0.25,
+    checkpoint_every=2, log_every=1, num_read=8, num_candidates=8, validation_fraction=0,
 )
 
 
@@ -72,70 +86,106 @@ def _digests(path: str) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in Path(path).iterdir()}
 
 
-def test_regex_answers_mark_the_spans_whose_text_the_pattern_matches_in_full(tokenizer):
-    body = tokenizer.encode("Marie Curie won two Nobel Prizes, in 1903 and 1911; Curium is named after her.")
+def test_regex_answers_mark_the_spans_whose_block_text_the_pattern_matches_in_full(tokenizer):
+    text = "Marie Curie won two Nobel Prizes, in 1903 and 1911; Curium is named after her in the U.S. for $1,000."
+    body = tokenizer.encode(text)
 
     def texts(patterns):
-        return {span_text(tokenizer, body, s, e) for s, e in regex_gold_spans(tokenizer, body, patterns)}
+        return {span_text(tokenizer, body, text, s, e) for s, e in regex_gold_spans(tokenizer, body, text, patterns)}
 
     assert texts([r"19(03|11)"]) == {"1903", "1911"}  # not "1903 and 1911": a prefix match is no target
-    assert texts([r"nobel\s+prizes?", "curie"]) == {"nobel prizes", "curie"}
+    assert texts([r"nobel\s+prizes?", "curie"]) == {"Nobel Prizes", "Curie"}
+    assert texts([r"U\.?S\.?"]) == {"U.S", "U.S."}  # as written: decoded wordpieces read "u. s."
+    assert texts([r"\$?1,?000"]) == {"$1,000", "1,000"}
     assert texts(["cur"]) == set()  # only inside words ("curie", "curium")
     assert texts(["(unclosed"]) == set()
 
 
-def test_loss_is_early_update_plus_reader_marginal_computed_by_brute_force(qa_corpus, tokenizer, tiny_config):
-    """One question, every block one at a time: retriever term −log Σ_{z with an answer} p(z|x),
-    reader term −log Σ_z p(z|x) p(y|z,x), p(z|x) from the query tower and the stored vectors."""
+def _cache(retriever, tokenizer, blocks, examples, tiny_config, config=CONFIG) -> CandidateCache:
+    return CandidateCache.build(retriever, tokenizer, blocks, examples, tiny_config, config)
+
+
+def test_loss_is_early_update_plus_the_joint_reader_loss_computed_by_brute_force(qa_corpus, tokenizer, tiny_config):
+    """One question, every block a candidate and read: retriever term −log Σ_{z with an answer}
+    p(z|x); reader term −log of the gold spans' share of one softmax over every (block, span),
+    each scored f(x,z) + its span score; f from the query tower and the stored vectors."""
     blocks_path, index_path = qa_corpus
-    blocks, index = BlockStore.from_parquet(blocks_path), MipsIndex.load(index_path)
+    blocks, index = BlockStore.from_parquet(blocks_path, with_text=True), MipsIndex.load(index_path)
     query_embedder, reader = build_component(Embedder, tiny_config).eval(), build_reader(tiny_config).eval()
     example = EXAMPLES[0]
     retriever = DenseRetriever(query_embedder, index, tokenizer, tiny_config, CPU)
-    loss, stats = finetune_loss(retriever, reader, tokenizer, blocks, [example], tiny_config, CONFIG, CPU)
+    candidates = _cache(retriever, tokenizer, blocks, [example], tiny_config)
+    loss, stats = finetune_loss(
+        retriever, reader, tokenizer, blocks, [example], candidates, np.array([0]), tiny_config, CONFIG, CPU
+    )
 
     question_ids = tokenizer.encode(example.question)
     with torch.no_grad():
         query = query_embedder(**pad_batch([join(tokenizer, question_ids)], tokenizer.pad_id).as_kwargs())[0]
-        log_p_z, log_p_y_given_z, holds_answer = [], [], []
+        retrieval_logits, holds_answer, span_scores = [], [], []
         for block_id in index.block_ids:
-            log_p_z.append(float(query @ torch.from_numpy(index.lookup([block_id])[0])))
+            logit = float(query @ torch.from_numpy(index.lookup([block_id])[0]))
             body = blocks.body_ids(int(block_id))
             gold = find_gold_spans(tokenizer, body, example.answers)
             joint, spans = reader_inputs(tokenizer, [(question_ids, body)])
-            log_p_y_given_z.append(float(reader_log_likelihood(reader.span_logits(joint, spans), spans.gold_mask([gold]))[0]))
+            gold_mask = spans.gold_mask([gold])[0]
+            span_logits = reader.span_logits(joint, spans)[0]
+            span_scores += [(logit + float(span_logits[i]), bool(gold_mask[i])) for i in range(len(span_logits)) if spans.valid[0, i]]
+            retrieval_logits.append(logit)
             holds_answer.append(bool(gold))
-    log_p_z = torch.log_softmax(torch.tensor(log_p_z, dtype=torch.float64), 0)
+    log_p_z = torch.log_softmax(torch.tensor(retrieval_logits, dtype=torch.float64), 0)
     retriever_loss = -torch.logsumexp(log_p_z[torch.tensor(holds_answer)], 0)
-    reader_loss = -torch.logsumexp(log_p_z + torch.tensor(log_p_y_given_z, dtype=torch.float64), 0)
+    scores = torch.tensor([score for score, _ in span_scores], dtype=torch.float64)
+    gold_scores = torch.tensor([score for score, is_gold in span_scores if is_gold], dtype=torch.float64)
+    reader_loss = torch.logsumexp(scores, 0) - torch.logsumexp(gold_scores, 0)
     assert sum(holds_answer) == 2  # "Paris" is in the Paris and the Seine blocks
+    assert candidates.holds_answer.sum() == 2
     assert stats.retriever_loss == pytest.approx(float(retriever_loss), rel=1e-4)
     assert stats.reader_loss == pytest.approx(float(reader_loss), rel=1e-4)
     assert loss.item() == pytest.approx(float(retriever_loss + reader_loss), rel=1e-4)
 
 
-def test_questions_without_an_answer_are_counted_and_gradients_reach_only_the_trained_towers(
-    qa_corpus, tokenizer, tiny_config
-):
+def test_read_slots_are_the_best_scored_with_a_gold_block_swapped_in_when_none_is():
+    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0], [3.0, 2.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    holds_answer = torch.tensor([[False, True, False, False], [False, False, True, True], [False, False, False, False]])
+    read, swapped = read_slots(logits, holds_answer, 2)
+    assert read.tolist() == [[0, 1], [0, 2], [0, 1]]  # ties (BM25's uniform logits) keep the retrieval order
+    assert swapped.tolist() == [False, True, False]  # the last row has no gold block to swap in
+
+
+def test_gradients_reach_only_the_trained_towers_and_a_swapped_in_gold_block_is_counted(qa_corpus, tokenizer, tiny_config):
     blocks_path, index_path = qa_corpus
-    blocks, index = BlockStore.from_parquet(blocks_path), MipsIndex.load(index_path)
+    blocks, index = BlockStore.from_parquet(blocks_path, with_text=True), MipsIndex.load(index_path)
     query_embedder, reader = build_component(Embedder, tiny_config), build_reader(tiny_config)
-    config = dataclasses.replace(CONFIG, num_read=3)
-    batch = [EXAMPLES[3], UNANSWERABLE]  # regex answers are found like text ones
     retriever = DenseRetriever(query_embedder, index, tokenizer, tiny_config, CPU)
-    loss, stats = finetune_loss(retriever, reader, tokenizer, blocks, batch, tiny_config, config, CPU)
-    assert stats.without_answer_in_retrieval == 1
-    assert stats.without_answer_in_read >= 1 and math.isfinite(loss.item())
+    config = CONFIG.model_copy(update={"num_read": 1})
+    candidates = _cache(retriever, tokenizer, blocks, EXAMPLES, tiny_config, config)
+    # The Curie block is the only one holding 1903/1911; with one block read, it is read
+    # whatever the untrained tower ranks first.
+    loss, stats = finetune_loss(
+        retriever, reader, tokenizer, blocks, EXAMPLES, candidates, np.array([3]), tiny_config, config, CPU
+    )
+    first = int(np.argmax(retriever.score([tokenizer.encode(EXAMPLES[3].question)], candidates.block_ids[[3]], candidates.found[[3]]).detach().numpy()))
+    assert stats.without_answer_in_read == int(not candidates.holds_answer[3, first])
+    assert math.isfinite(loss.item()) and stats.reader_loss > 0
     loss.backward()
     for model in (query_embedder, reader):
         assert model.bert.encoder.layer[0].output.dense.weight.grad.abs().sum() > 0
 
 
-def test_both_terms_fall_on_a_memorisable_set_and_the_index_stays_untouched(
+def test_validation_questions_are_chosen_by_question_hash():
+    questions = [f"question number {i}" for i in range(2000)]
+    held = [q for q in questions if is_validation_question(q, 0.1)]
+    assert 150 < len(held) < 250  # ~10%
+    assert held == [q for q in reversed(questions) if is_validation_question(q, 0.1)][::-1]  # order-free
+    assert not any(is_validation_question(q, 0.0) for q in questions)
+
+
+def test_both_terms_fall_on_a_memorisable_set_and_questions_without_an_answer_are_left_out(
     qa_corpus, distinct_vectors_index, tmp_path, tiny_config
 ):
     before = _digests(distinct_vectors_index)
-    config = dataclasses.replace(CONFIG, steps=20, batch_size=4, warmup_steps=3, checkpoint_every=20)
+    config = CONFIG.model_copy(update={"epochs": 20, "batch_size": 4, "checkpoint_every": 20})
     result, logged = _train(
         (qa_corpus[0], distinct_vectors_index), tmp_path, tiny_config, config, examples=[*EXAMPLES, UNANSWERABLE]
     )
@@ -144,22 +194,39 @@ def test_both_terms_fall_on_a_memorisable_set_and_the_index_stays_untouched(
     for term in ("retriever_loss", "reader_loss"):
         losses = [m[term] for m in logged]
         assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5]), term
+    # 4 answerable questions x 20 epochs / 4 a batch; the Mona Lisa question is in no block.
     assert result["step"] == 20 and result["examples_seen"] == 80
-    # The unanswerable question is 1 in 5 of every epoch of the batch stream.
-    assert result["examples_without_answer_in_retrieval"] == 16
-    assert result["fraction_without_answer_in_retrieval"] == pytest.approx(0.2)
+    assert result["training_questions"] == 4 and result["without_answer_in_candidates"] == 1
+    assert result["examples_without_answer_in_read"] == 0  # every block is read
     assert sorted(p.name for p in Path(result["checkpoint"]).iterdir() if p.is_dir()) == ["query_embedder", "reader"]
     assert _digests(distinct_vectors_index) == before
+
+
+def test_the_best_validated_checkpoint_is_published_and_its_exact_match_is_what_it_scores(
+    qa_corpus, tmp_path, tokenizer, tiny_config
+):
+    examples = [*EXAMPLES, QAExample("Where does the Seine flow into the English Channel?", ["Le Havre"], "test")]
+    fraction = next(f for f in np.arange(0.05, 1, 0.05) if 1 <= sum(is_validation_question(e.question, f) for e in examples) <= 2)
+    validation = [e for e in examples if is_validation_question(e.question, fraction)]
+    config = CONFIG.model_copy(update={"epochs": 6, "batch_size": 2, "validation_fraction": float(fraction)})
+    result, _ = _train(qa_corpus, tmp_path, tiny_config, config, examples=examples)
+
+    assert result["validation_questions"] == len(validation)
+    best = Path(result["checkpoint"])
+    assert best.parent.name == "best" and finetuned_checkpoint(tmp_path) == best
+    answerer = Answerer.from_checkpoint(str(best), qa_corpus[1], qa_corpus[0], tiny_config, CPU)
+    assert validation_exact_match(answerer, validation, config.num_read) == result["best_validation_em"]
 
 
 def test_resume_continues_exactly_where_it_stopped(qa_corpus, tmp_path, tiny_config):
     """A crash after the step-2 checkpoint (step 4's removed) and a rerun give the same steps
     3-4 as the uninterrupted run: same batches, dropout masks, optimizer and schedule."""
-    straight, straight_log = _train(qa_corpus, tmp_path, tiny_config)
+    config = CONFIG.model_copy(update={"epochs": 3})  # 4 questions x 3 epochs / 3 a batch = 4 steps
+    straight, straight_log = _train(qa_corpus, tmp_path, tiny_config, config)
     straight_weights = _weights(straight["checkpoint"])
     shutil.rmtree(straight["checkpoint"])
 
-    resumed, resumed_log = _train(qa_corpus, tmp_path, tiny_config)
+    resumed, resumed_log = _train(qa_corpus, tmp_path, tiny_config, config)
     assert [m["step"] for m in resumed_log] == [3, 4]
     assert [m["loss"] for m in resumed_log] == [m["loss"] for m in straight_log[2:]]
     resumed_weights = _weights(resumed["checkpoint"])
@@ -175,7 +242,7 @@ def test_a_fresh_run_starts_from_the_pretrained_query_tower_and_encoder(qa_corpu
     }
     init = save_checkpoint(tmp_path / "pretrain", 100, pretrained)
     result, _ = _train(
-        qa_corpus, tmp_path / "finetune", tiny_config, dataclasses.replace(CONFIG, steps=0), init_checkpoint=str(init)
+        qa_corpus, tmp_path / "finetune", tiny_config, CONFIG.model_copy(update={"epochs": 0}), init_checkpoint=str(init)
     )
     started = load_components(result["checkpoint"])
     assert sorted(started) == ["query_embedder", "reader"]
@@ -191,7 +258,7 @@ def test_the_query_tower_keeps_the_depth_and_pooling_of_its_checkpoint(qa_corpus
     towers = {name: build_component(Embedder, tower_config) for name in ("query_embedder", "doc_embedder")}
     init = save_checkpoint(tmp_path / "ict", 0, towers)
     result, _ = _train(
-        qa_corpus, tmp_path / "finetune", tiny_config, dataclasses.replace(CONFIG, steps=0), init_checkpoint=str(init)
+        qa_corpus, tmp_path / "finetune", tiny_config, CONFIG.model_copy(update={"epochs": 0}), init_checkpoint=str(init)
     )
     query_tower = load_components(result["checkpoint"])["query_embedder"]
     assert query_tower.pooling == "mean" and query_tower.config.num_hidden_layers == 3
@@ -206,7 +273,7 @@ def test_reader_init_gives_the_ablations_their_mixed_starting_points(qa_corpus, 
     ict = {"query_embedder": build_component(Embedder, tiny_config), "doc_embedder": build_component(Embedder, tiny_config)}
     paths = {name: str(save_checkpoint(tmp_path / name, 1, components))
              for name, components in (("realm", realm), ("other", other_encoder), ("ict", ict))}
-    no_steps = dataclasses.replace(CONFIG, steps=0)
+    no_steps = CONFIG.model_copy(update={"epochs": 0})
 
     mixed, _ = _train(qa_corpus, tmp_path / "mixed", tiny_config, no_steps, init_checkpoint=paths["realm"], reader_init=paths["other"])
     started = load_components(mixed["checkpoint"])
@@ -223,8 +290,9 @@ def test_reader_init_gives_the_ablations_their_mixed_starting_points(qa_corpus, 
 
 def test_bm25_fine_tuning_trains_the_reader_alone_and_checkpoints_only_it(qa_corpus, tmp_path, tiny_config):
     bm25_path = str(Bm25Index.from_blocks(qa_corpus[0]).save(tmp_path / "bm25"))
-    config = dataclasses.replace(CONFIG, steps=12, batch_size=4, warmup_steps=2, checkpoint_every=12, num_read=3, num_retrieve=3)
+    config = CONFIG.model_copy(update={"epochs": 12, "batch_size": 4, "checkpoint_every": 12, "num_read": 3, "num_candidates": 3})
     result, logged = _train((qa_corpus[0], bm25_path), tmp_path / "finetune", tiny_config, config)
+    assert result["step"] == math.ceil(12 * result["training_questions"] / 4)
     assert all(m["retriever_loss"] == 0.0 for m in logged)
     readers = [m["reader_loss"] for m in logged]
     assert np.mean(readers[-3:]) < 0.5 * np.mean(readers[:3])
