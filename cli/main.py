@@ -19,6 +19,12 @@ from realm.flows.params import ModelPreset, RunPreset
 # The ephemeral Prefect server's telemetry writes race the first flow run for the SQLite lock
 # ("database is locked" tracebacks), and there is no network to send it to anyway.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# The trainers log through `logging` (realm.model.* has no Prefect imports); this forwards
+# their records into the flow run's log, where the UI shows them.
+os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "realm")
+
+# The question `realm run` answers at its end, with its evidence (a demo question: never trained on).
+EXAMPLE_QUESTION = "who was the commander of apollo 11"
 
 DESCRIPTION = """\
 REALM: retrieval-augmented language model pre-training, as a data pipeline.
@@ -94,9 +100,21 @@ def _run(args: argparse.Namespace, beam_args: list[str]) -> int:
     params = _pipeline_params(args)
     params.prepare.beam_args = beam_args
     result = realm_pipeline(params)
-    print(f"run root: {params.run.output}")
-    _print_json({"evaluate": result["evaluate"], "pretrain": {k: result["pretrain"][k] for k in (
-        "accuracy_with_retrieval", "accuracy_null_only", "examples")}})
+    summary = {"evaluate": result["evaluate"], "pretrain": {k: result["pretrain"][k] for k in (
+        "accuracy_with_retrieval", "accuracy_null_only", "examples")}}
+    if args.json:
+        _print_json(summary)
+        return 0
+    print(f"run root: {params.run.output}\n")
+    print(f"{'questions':<12} {'n':>5} {'EM':>6} {'reader acc.':>12} {'recall@5':>9}")
+    for dataset, m in result["evaluate"].items():
+        reader = "-" if m["reader_accuracy"] is None else f"{m['reader_accuracy']:.3f}"
+        print(f"{dataset:<12} {m['n']:>5} {m['em']:>6.3f} {reader:>12} {m['recall_at_5']:>9.3f}")
+    pretrain = summary["pretrain"]
+    print(f"\nmasked-span accuracy on {pretrain['examples']} held-out pre-training examples: "
+          f"{pretrain['accuracy_with_retrieval']:.3f} with retrieval, {pretrain['accuracy_null_only']:.3f} null document alone")
+    print(f"\n$ realm ask --run {params.run.output} {json.dumps(EXAMPLE_QUESTION)}")
+    _print_answer(_run_answerer(params.run.output, args.device), EXAMPLE_QUESTION, num_read=5, evidence=3)
     return 0
 
 
@@ -191,29 +209,39 @@ def _reproduce(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _ask(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
+    _print_answer(_run_answerer(args.run, args.device), args.question, args.num_read, args.evidence)
+    return 0
+
+
+def _run_answerer(run_root: str, device: str | None):
+    """The Answerer of a trained run: its fine-tuned checkpoint, the index it was trained
+    against, its blocks and model preset."""
     from realm.flows.layout import RunLayout
     from realm.model.answering import Answerer
-    from realm.model.train_finetune import finetuned_checkpoint
     from realm.model.config import ModelConfig
     from realm.model.device import select_device
+    from realm.model.train_finetune import finetuned_checkpoint
     from realm.model.training import set_transformers_verbosity_error
 
     set_transformers_verbosity_error()
-    layout = RunLayout.at(args.run)
+    layout = RunLayout.at(run_root)
     checkpoint = finetuned_checkpoint(layout.checkpoints("finetune"))
     index = layout.index_for(checkpoint) if checkpoint is not None else None
     if index is None or layout.model_preset() is None:
         raise SystemExit(f"{layout.root}: not a trained run (needs checkpoints/finetune, index/ or bm25/, and run.json)")
-    answerer = Answerer.from_checkpoint(
-        str(checkpoint), str(index), layout.blocks, ModelConfig.preset(layout.model_preset()), device=select_device(args.device)
+    return Answerer.from_checkpoint(
+        str(checkpoint), str(index), layout.blocks, ModelConfig.preset(layout.model_preset()), device=select_device(device)
     )
-    (prediction,) = answerer.answer([args.question], num_read=args.num_read, num_retrieve=max(args.num_read, args.evidence))
+
+
+def _print_answer(answerer, question: str, num_read: int, evidence: int) -> None:
+    (prediction,) = answerer.answer([question], num_read=num_read, num_retrieve=max(num_read, evidence))
     print(f"answer: {prediction.answer}  (p = {prediction.probability:.3f})")
     print("evidence:")
-    for rank, evidence in enumerate(prediction.evidence[: args.evidence], start=1):
-        excerpt = " ".join(evidence.text.split())[:200]
-        print(f"  {rank}. [{evidence.probability:.3f}] {evidence.title}: {excerpt}")
-    return 0
+    for rank, block in enumerate(prediction.evidence[:evidence], start=1):
+        excerpt = " ".join(block.text.split())[:200]
+        read_from = "  <- the answer" if block.block_id == prediction.block_id else ""
+        print(f"  {rank}. [{block.probability:.3f}] {block.title}: {excerpt}{read_from}")
 
 
 def _reject_extra(extra: list[str]) -> None:
@@ -256,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="the whole chain end to end (Prefect flow realm-pipeline)",
                               description="prepare -> ICT -> pre-train -> fine-tune -> evaluate; Beam flags pass through to prepare.")
     _add_run_options(run, None)
+    run.add_argument("--json", action="store_true", help="print the scores as one JSON line (for scripts)")
     run.set_defaults(handler=_run)
 
     train = commands.add_parser("train", help="one training stage (Prefect flow)")

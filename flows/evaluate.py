@@ -16,7 +16,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from realm.flows.demo import demo_qa_path
+from realm.flows.demo import evaluation_qa_paths
 from realm.flows.layout import RunLayout
 from realm.flows.params import EvaluateParams, RunParams
 
@@ -126,5 +126,5 @@ def evaluate(run: RunParams = RunParams(), params: EvaluateParams = EvaluatePara
     if checkpoint is None or index_path is None:
         raise FileNotFoundError(f"{layout.root}: no fine-tuned checkpoint or published index to evaluate")
     model_preset = layout.model_preset() or run.model_preset
-    qa_files = params.qa or [str(demo_qa_path())]
+    qa_files = params.qa or evaluation_qa_paths()
     return evaluate_qa(str(layout.root), model_preset, qa_files, params, run.device, str(checkpoint), str(index_path))

@@ -14,7 +14,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from realm.flows.caching import cached_in_run
-from realm.flows.demo import demo_qa_path
+from realm.flows.demo import training_qa_paths
 from realm.flows.layout import RunLayout
 from realm.flows.params import FinetuneParams, RunParams
 from realm.flows.reporting import TrainingReporter
@@ -32,7 +32,7 @@ def train_finetune_stage(
     from realm.model.train_finetune import train_finetune
 
     layout = RunLayout.at(output)
-    files = params.qa_train or [str(demo_qa_path())]
+    files = params.qa_train or training_qa_paths()
     examples = [example for path in files for example in read_qa_file(path)]
     get_run_logger().info("fine-tuning on %d questions from %s (index %s)", len(examples), ", ".join(files), index_path)
     reporter = TrainingReporter("finetune", layout.reports)

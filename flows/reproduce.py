@@ -69,15 +69,27 @@ class ReproduceParams(BaseModel):
     dev_fraction: float = Field(
         0.1, gt=0, lt=1, description="held out of a training dataset that has no evaluation file, by question hash"
     )
-    systems: list[SystemName] = Field(default_factory=lambda: list(SYSTEMS))
+    systems: list[SystemName] | None = Field(
+        None, description="systems to train (default: every one that the stages can tell apart; stale_index needs a "
+        "pre-training that refreshes its index, not the default's frozen doc tower)"
+    )
     stale_factor: int = Field(30, ge=1, description="stale_index ablation: refresh_every times this")
     seed: int = 0
     device: str | None = None
     stages: PipelineParams | None = Field(None, description="every stage's parameters (default: the `size` preset)")
 
+    def effective_stages(self) -> PipelineParams:
+        return self.stages or PipelineParams.preset(self.size)
+
+    def effective_systems(self) -> list[str]:
+        if self.systems is not None:
+            return list(self.systems)
+        refreshes = not self.effective_stages().pretrain.cached_doc_embeddings
+        return [name for name in SYSTEMS if refreshes or name != "stale_index"]
+
     @model_validator(mode="after")
     def _stale_index_needs_refreshes(self) -> ReproduceParams:
-        if "stale_index" in self.systems and self.stages is not None and self.stages.pretrain.cached_doc_embeddings:
+        if "stale_index" in self.effective_systems() and self.effective_stages().pretrain.cached_doc_embeddings:
             raise ValueError(
                 "stale_index refreshes the index less often, but with pretrain.cached_doc_embeddings the doc tower "
                 "is frozen and no index is ever refreshed: it would repeat the realm row. Drop it from systems."
@@ -229,7 +241,7 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
 
     logger = get_run_logger()
     root = Path(params.output).expanduser().resolve()
-    stages = params.stages or PipelineParams.preset(params.size)
+    stages = params.effective_stages()
     base = stages.run.model_copy(update={"output": str(root / "base"), "seed": params.seed, "device": params.device})
     timer = StageTimer(root / "stage_seconds.json")
     train_file, eval_files = split_questions(params, root / "qa")
@@ -237,7 +249,7 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
 
     with timer("prepare"):
         realm_prepare(base, stages.prepare)
-    specs = {name: SPECS[name] for name in params.systems}
+    specs = {name: SPECS[name] for name in params.effective_systems()}
     ict = ict_index = None
     if any(spec.retriever != "bm25" for spec in specs.values()):
         with timer("ict"):

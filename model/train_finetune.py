@@ -413,21 +413,23 @@ def train_finetune(
 
     recorded = {"block_ids": torch.from_numpy(candidates.block_ids), "found": torch.from_numpy(candidates.found)}
 
+    validated: dict = {}  # the last validation's exact match, for the progress report
+
     def save() -> str:
         nonlocal best
         extra = {"loss": final_loss, "counts": counts, "index_path": str(index_path), "best": best, "candidates": recorded}
         if validation:
             em = validation_exact_match(answerer, validation, config.num_read)
-            log.info("step %d: validation exact match %.3f on %d questions", step, em, len(validation))
+            validated["validation_exact_match"] = em
             if best is None or em > best["exact_match"]:
                 published = save_checkpoint(Path(checkpoint_root) / BEST_DIR, step, trained, extra=extra, keep=1)
                 best = {"step": step, "exact_match": em, "checkpoint": str(published)}
             extra["best"] = best
         return str(save_checkpoint(checkpoint_root, step, trained, optimizer, scheduler, extra=extra))
 
-    for module in [*retriever.trainable_modules(), reader]:
-        module.train()
     while step < total_steps:
+        for module in [*retriever.trainable_modules(), reader]:
+            module.train()
         batch = batch_rows(rows, config.batch_size, seed, step)
         loss, stats = finetune_loss(
             retriever, reader, tokenizer, blocks, training, candidates, batch, model_config, config, device
@@ -436,6 +438,9 @@ def train_finetune(
         step += 1
         counts["examples_seen"] += len(batch)
         counts["without_answer_in_read"] += stats.without_answer_in_read
+        validated.clear()
+        if step % config.checkpoint_every == 0 or step == total_steps:
+            checkpoint = save()
         metrics = meter.update(
             step,
             loss=final_loss,
@@ -444,13 +449,10 @@ def train_finetune(
             epoch=step * config.batch_size / len(rows),
             fraction_without_answer_in_read=counts["without_answer_in_read"] / counts["examples_seen"],
             learning_rate=scheduler.get_last_lr()[-1],
+            **validated,
         )
-        if progress is not None and (step % config.log_every == 0 or step == total_steps):
+        if progress is not None and (step % config.log_every == 0 or step == total_steps or validated):
             progress(metrics)
-        if step % config.checkpoint_every == 0 or step == total_steps:
-            checkpoint = save()
-            for module in [*retriever.trainable_modules(), reader]:
-                module.train()
     if checkpoint is None:  # a fresh run with nothing to train: still publish the starting components
         checkpoint = save()
 

@@ -209,9 +209,12 @@ def test_the_best_validated_checkpoint_is_published_and_its_exact_match_is_what_
     fraction = next(f for f in np.arange(0.05, 1, 0.05) if 1 <= sum(is_validation_question(e.question, f) for e in examples) <= 2)
     validation = [e for e in examples if is_validation_question(e.question, fraction)]
     config = CONFIG.model_copy(update={"epochs": 6, "batch_size": 2, "validation_fraction": float(fraction)})
-    result, _ = _train(qa_corpus, tmp_path, tiny_config, config, examples=examples)
+    result, logged = _train(qa_corpus, tmp_path, tiny_config, config, examples=examples)
 
     assert result["validation_questions"] == len(validation)
+    validated = {m["step"]: m["validation_exact_match"] for m in logged if "validation_exact_match" in m}
+    assert sorted(validated) == list(range(2, result["step"], 2)) + [result["step"]]  # at every checkpoint
+    assert max(validated.values()) == result["best_validation_em"]
     best = Path(result["checkpoint"])
     assert best.parent.name == "best" and finetuned_checkpoint(tmp_path) == best
     answerer = Answerer.from_checkpoint(str(best), qa_corpus[1], qa_corpus[0], tiny_config, CPU)
