@@ -244,6 +244,18 @@ def _print_answer(answerer, question: str, num_read: int, evidence: int) -> None
         print(f"  {rank}. [{block.probability:.3f}] {block.title}: {excerpt}{read_from}")
 
 
+def _compare(args: argparse.Namespace, extra: list[str]) -> int:
+    _reject_extra(extra)
+    from realm.flows.comparison import compare_runs, comparison_markdown
+
+    rows = compare_runs(args.runs)
+    if args.json:
+        _print_json(rows)
+    else:
+        print(comparison_markdown(rows, args.runs))
+    return 0
+
+
 def _reject_extra(extra: list[str]) -> None:
     if extra:
         raise SystemExit(f"unrecognised arguments: {' '.join(extra)}")
@@ -303,6 +315,15 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--num_read", type=int, default=5)
     evaluate.add_argument("--device")
     evaluate.set_defaults(handler=_evaluate)
+
+    compare = commands.add_parser(
+        "compare", help="EM with bootstrap 95% intervals and paired tests of evaluated runs on the same questions",
+        description="Reads each run's predictions/ (written by `realm evaluate`); the first run is the baseline the "
+        "others are tested against (exact McNemar test on the questions one answers right and the other wrong).",
+    )
+    compare.add_argument("runs", nargs="+", help="run roots, baseline first")
+    compare.add_argument("--json", action="store_true", help="print the rows as one JSON line")
+    compare.set_defaults(handler=_compare)
 
     reproduce = commands.add_parser(
         "reproduce", help="REALM vs ICT-only (ORQA) vs BM25 + reader, with ablations (Prefect flow realm-reproduce)",

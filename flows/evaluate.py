@@ -50,6 +50,8 @@ def score_predictions(examples, predictions, num_read: int) -> tuple[dict[str, d
                 "block_ids": [e.block_id for e in prediction.evidence],
                 "block_probs": [float(e.probability) for e in prediction.evidence],
                 "exact_match": em,
+                "answer_rank": rank,
+                "num_read": num_read,
             }
         )
     metrics = {

@@ -142,7 +142,7 @@ def _tiny() -> PipelineParams:
                       tower_layers=None, tower_pooling="cls", projection_init="random"),
         pretrain=PretrainParams(steps=30, batch_size=4, warmup_steps=3, checkpoint_every=10, refresh_every=10, heldout_examples=32,
                                 cached_doc_embeddings=False, retriever_frozen_steps=0),
-        finetune=FinetuneParams(epochs=2, batch_size=4, checkpoint_every=10, num_candidates=5),
+        finetune=FinetuneParams(epochs=1, batch_size=4, checkpoint_every=25, num_candidates=5),
     )
 
 

@@ -26,7 +26,6 @@ resume), on a fresh run one built synchronously from the initial doc tower (`ind
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ import torch
 from realm.model.block_store import BlockStore, iter_block_batches
 from realm.model.checkpoint import load_components, save_checkpoint
 from realm.model.config import ModelConfig, build_component
+from realm.model.paired_stats import mcnemar_exact_p_value
 from realm.model.device import autocast, select_device
 from realm.model.embed_corpus import embed_blocks, load_embeddings
 from realm.model.encoder import KnowledgeAugmentedEncoder
@@ -434,14 +434,6 @@ class PretrainTrainer:
         )
         self.last_checkpoint = str(published)
         return self.last_checkpoint
-
-
-def mcnemar_exact_p_value(only_first_right: int, only_second_right: int) -> float:
-    """Two-sided exact McNemar test: under "both are equally accurate" each discordant
-    example is a fair coin, so p = P(a split at least this uneven of their total)."""
-    discordant = only_first_right + only_second_right
-    tail = sum(math.comb(discordant, i) for i in range(min(only_first_right, only_second_right) + 1))
-    return min(1.0, 2 * tail / 2**discordant)
 
 
 def attach_index(trainer: PretrainTrainer, index_root: str, embeddings_root: str, snapshot_root: str) -> str:

@@ -1,4 +1,5 @@
 import json
+import math
 
 import pytest
 
@@ -15,7 +16,8 @@ def test_bm25_baseline_fine_tunes_the_reader_alone_and_evaluates_with_bm25_evide
     params = tiny_params(run_root)
     finetune = params.finetune.model_copy(update={"retriever": "bm25"})
     result = finetune_openqa(params.run, finetune)
-    assert result["step"] == 4 and result["index"].startswith(str(run_root / "bm25"))
+    assert result["training_questions"] > 0
+    assert result["step"] == math.ceil(result["training_questions"] / 2) and result["index"].startswith(str(run_root / "bm25"))
     assert sorted(load_components(result["checkpoint"])) == ["reader"]
 
     questions = tmp_path / "qa.jsonl"

@@ -1,3 +1,5 @@
+import math
+
 import pyarrow.parquet as pq
 
 from realm.flows.realm_pipeline import realm_pipeline
@@ -14,7 +16,7 @@ def test_whole_chain_end_to_end_then_a_rerun_is_all_cache_hits(run_root):
     assert result["pretrain"]["step"] == 6
     assert {"accuracy_with_retrieval", "accuracy_null_only"} <= set(result["pretrain"])
     assert result["pretrain"]["refreshes"], "no asynchronous refresh was swapped in"
-    assert result["finetune"]["step"] == 4
+    assert result["finetune"]["step"] == math.ceil(result["finetune"]["training_questions"] / 2) > 0
     demo = result["evaluate"]["demo"]
     assert demo["n"] == 40 and 0.0 <= demo["em"] <= 1.0
     assert demo["recall_at_1"] <= demo["recall_at_5"] <= demo["recall_at_20"]

@@ -18,7 +18,6 @@ from realm.model.train_pretrain import (
     attach_index,
     fit_block_batch,
     marginal_predictions,
-    mcnemar_exact_p_value,
     refresh_index,
     span_correct,
 )
@@ -209,13 +208,6 @@ def test_evaluation_on_never_trained_on_rows(corpus, tmp_path, tiny_config):
     rows = trainer.untrained_rows(100)
     assert len(rows) == len(trainer.train_rows) - 2 * CONFIG.batch_size
     assert trainer.evaluate_masked_spans(rows)["examples"] == len(rows)
-
-
-def test_paired_p_value_is_the_exact_two_sided_binomial_tail():
-    assert mcnemar_exact_p_value(0, 0) == 1.0
-    assert mcnemar_exact_p_value(3, 0) == pytest.approx(0.25)  # 2 * (1/2)^3
-    assert mcnemar_exact_p_value(1, 9) == pytest.approx(2 * 11 / 1024)
-    assert mcnemar_exact_p_value(9, 1) == mcnemar_exact_p_value(1, 9)
 
 
 def test_fit_block_batch_cuts_bodies_to_the_block_budget_like_join():

@@ -1,0 +1,35 @@
+"""Statistics for comparing two systems on the same examples: the exact McNemar test on their
+discordant examples, and percentile-bootstrap intervals of an accuracy.
+
+Pure Python and numpy; the pre-training evaluation and `realm compare` both use them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def mcnemar_exact_p_value(only_first_right: int, only_second_right: int) -> float:
+    """Two-sided exact McNemar test: under "both are equally accurate" each discordant
+    example is a fair coin, so p = P(a split at least this uneven of their total)."""
+    discordant = only_first_right + only_second_right
+    tail = sum(math.comb(discordant, i) for i in range(min(only_first_right, only_second_right) + 1))
+    return min(1.0, 2 * tail / 2**discordant)
+
+
+def bootstrap_interval(
+    correct: Sequence[bool], confidence: float = 0.95, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the mean of `correct` (examples resampled with
+    replacement, seeded so a table is reproducible); (nan, nan) for no examples."""
+    values = np.asarray(correct, dtype=np.float64)
+    if values.size == 0:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, values.size, size=(resamples, values.size))].mean(axis=1)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return float(low), float(high)
