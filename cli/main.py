@@ -19,9 +19,6 @@ from realm.flows.params import ModelPreset, RunPreset
 # The ephemeral Prefect server's telemetry writes race the first flow run for the SQLite lock
 # ("database is locked" tracebacks), and there is no network to send it to anyway.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-# The trainers log through `logging` (realm.model.* has no Prefect imports); this forwards
-# their records into the flow run's log, where the UI shows them.
-os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "realm")
 
 # The question `realm run` answers at its end, with its evidence (a demo question: never trained on).
 EXAMPLE_QUESTION = "who was the commander of apollo 11"

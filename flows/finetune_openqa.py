@@ -42,6 +42,12 @@ def train_finetune_stage(
         progress=reporter, device=select_device(device), reader_init=reader_init, seed=seed,
     )
     reporter.publish_curves()
+    get_run_logger().info(
+        "fine-tuned %d steps on %d questions with an answer among their candidates (%d without, left out; %d held out "
+        "for validation); best validation exact match %s -> %s",
+        result["step"], result["training_questions"], result["without_answer_in_candidates"],
+        result["validation_questions"], result["best_validation_em"], result["checkpoint"],
+    )
     return {**result, "index": index_path, "init_checkpoint": init_checkpoint, "reader_init": reader_init}
 
 
