@@ -1,7 +1,7 @@
 """`realm-pipeline`: the whole chain, prepare -> ICT -> pre-train -> fine-tune -> evaluate.
 
     realm run --preset tiny --output runs/tiny      # minutes: the plumbing on 300 articles
-    realm run --output runs/demo                    # ~1 hour: the vital corpus, model preset `fast`
+    realm run --output runs/demo                    # < 1 hour: the vital corpus, model preset `default`
 
 Each stage is a flow of its own (runnable and schedulable alone); this parent composes them,
 so the Prefect UI shows one run with five child runs. Finished stages are cache hits on a
@@ -21,7 +21,7 @@ from realm.flows.realm_pretrain import realm_pretrain
 
 
 @flow(name="realm-pipeline")
-def realm_pipeline(params: PipelineParams = PipelineParams()) -> dict:
+def realm_pipeline(params: PipelineParams = PipelineParams.preset("default")) -> dict:
     logger = get_run_logger()
     run = params.run
     counts = realm_prepare(run, params.prepare)

@@ -48,7 +48,7 @@ from realm.flows.evaluate import evaluate
 from realm.flows.finetune_openqa import build_bm25_index, finetune_openqa
 from realm.flows.ict_warm_start import ict_warm_start
 from realm.flows.layout import RunLayout
-from realm.flows.params import EvaluateParams, PipelineParams, RunParams, RunPreset
+from realm.flows.params import EvaluateParams, PipelineParams, PretrainParams, RunParams, RunPreset
 from realm.flows.prepare import realm_prepare
 from realm.flows.realm_pretrain import realm_pretrain
 
@@ -79,7 +79,14 @@ class ReproduceParams(BaseModel):
     stages: PipelineParams | None = Field(None, description="every stage's parameters (default: the `size` preset)")
 
     def effective_stages(self) -> PipelineParams:
-        return self.stages or PipelineParams.preset(self.size)
+        """`stages`, else the `size` preset; the `default` preset's main job skips pre-training
+        steps, which the REALM rows need, so here they run at the pre-training stage's length."""
+        if self.stages is not None:
+            return self.stages
+        stages = PipelineParams.preset(self.size)
+        if self.size == "default":
+            stages.pretrain = PretrainParams()
+        return stages
 
     def effective_systems(self) -> list[str]:
         if self.systems is not None:

@@ -40,8 +40,12 @@ def test_the_stale_index_ablation_is_refused_when_no_index_would_ever_refresh(tm
     stages = tiny_params(tmp_path)
     stages.pretrain.cached_doc_embeddings = True
     with pytest.raises(ValidationError, match="stale_index"):
-        ReproduceParams(qa_train=["train.jsonl"], stages=stages)
-    ReproduceParams(qa_train=["train.jsonl"], stages=stages, systems=["realm", "orqa"])
+        ReproduceParams(qa_train=["train.jsonl"], stages=stages, systems=list(SYSTEMS))
+    assert ReproduceParams(qa_train=["train.jsonl"], stages=stages).effective_systems() == [
+        s for s in SYSTEMS if s != "stale_index"
+    ]
+    stages.pretrain.cached_doc_embeddings = False
+    assert ReproduceParams(qa_train=["train.jsonl"], stages=stages).effective_systems() == list(SYSTEMS)
 
 
 def test_every_system_of_the_table_trains_evaluates_and_is_reported(run_root, tmp_path):
