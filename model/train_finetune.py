@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -153,11 +154,12 @@ class CandidateCache:
     block_ids: np.ndarray  # [questions, candidates] int64, best first; -1 past the corpus's end
     found: np.ndarray  # [questions, candidates] bool
     gold: list[list[list[tuple[int, int]]]]  # [questions][candidates] body-relative (start, end)
+    holds_answer: np.ndarray = field(init=False)  # [questions, candidates] bool: has a gold span
 
-    @property
-    def holds_answer(self) -> np.ndarray:
-        """[questions, candidates] bool."""
-        return np.array([[bool(spans) for spans in row] for row in self.gold], dtype=bool).reshape(self.found.shape)
+    def __post_init__(self) -> None:
+        self.holds_answer = np.array(
+            [[bool(spans) for spans in row] for row in self.gold], dtype=bool
+        ).reshape(self.found.shape)
 
     @classmethod
     @torch.no_grad()
@@ -187,11 +189,6 @@ class CandidateCache:
             ]
             retrieved = np.concatenate([h.block_ids for h in hits]), np.concatenate([h.found for h in hits])
         block_ids, found = retrieved
-        if block_ids.shape != (len(examples), config.num_candidates):
-            raise ValueError(
-                f"recorded candidates have shape {block_ids.shape}, expected ({len(examples)}, {config.num_candidates}): "
-                "the checkpoint was trained on other questions or settings; use a new run root"
-            )
         gold = [
             [
                 gold_spans(tokenizer, blocks, int(b), example, model_config.max_span_wordpieces) if ok else []
@@ -328,6 +325,16 @@ def _load_into(target: torch.nn.Module, source: torch.nn.Module, checkpoint: str
         raise ValueError(f"{checkpoint}: {name} does not match the model config: {error}") from error
 
 
+def _questions_digest(training: Sequence[QAExample], config: FinetuneConfig) -> str:
+    """What the candidate cache depends on besides the index: the training questions, their
+    answers and the candidate settings."""
+    text = json.dumps(
+        [[e.question, list(e.answers), e.answer_type] for e in training]
+        + [config.num_candidates, config.max_question_wordpieces, config.validation_fraction]
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def finetuned_checkpoint(checkpoint_root: str | Path) -> Path | None:
     """The checkpoint a fine-tuning run publishes: its best validated one, else its newest."""
     return latest_checkpoint(Path(checkpoint_root) / BEST_DIR) or latest_checkpoint(checkpoint_root)
@@ -379,12 +386,19 @@ def train_finetune(
     answerer = Answerer(retriever, reader, blocks, tokenizer, model_config, device)  # validation; sets eval mode
 
     # The candidates come from the starting query tower; a resumed run reads the ones its
-    # checkpoint recorded, so it trains on the same stream an uninterrupted run would.
-    recorded = checkpoint_extra(resume.checkpoint)["candidates"] if resume else None
-    candidates = CandidateCache.build(
-        retriever, tokenizer, blocks, training, model_config, config,
-        retrieved=None if recorded is None else (recorded["block_ids"].numpy(), recorded["found"].numpy()),
-    )
+    # checkpoint recorded, so it trains on the same stream an uninterrupted run would, and
+    # refuses other questions or settings than those it started with.
+    questions_digest = _questions_digest(training, config)
+    retrieved = None
+    if resume:
+        started = checkpoint_extra(resume.checkpoint)
+        if started["questions_digest"] != questions_digest:
+            raise ValueError(
+                f"{resume.checkpoint}: was fine-tuned on other questions or candidate settings than these; "
+                "use a new run root (or the files and settings it started with)"
+            )
+        retrieved = started["candidates"]["block_ids"].numpy(), started["candidates"]["found"].numpy()
+    candidates = CandidateCache.build(retriever, tokenizer, blocks, training, model_config, config, retrieved)
     rows = np.flatnonzero(candidates.holds_answer.any(axis=1))
     if len(rows) == 0:
         raise ValueError(
@@ -417,7 +431,10 @@ def train_finetune(
 
     def save() -> str:
         nonlocal best
-        extra = {"loss": final_loss, "counts": counts, "index_path": str(index_path), "best": best, "candidates": recorded}
+        extra = {
+            "loss": final_loss, "counts": counts, "index_path": str(index_path), "best": best,
+            "candidates": recorded, "questions_digest": questions_digest,
+        }
         if validation:
             em = validation_exact_match(answerer, validation, config.num_read)
             validated["validation_exact_match"] = em

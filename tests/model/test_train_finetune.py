@@ -236,6 +236,10 @@ def test_resume_continues_exactly_where_it_stopped(qa_corpus, tmp_path, tiny_con
     assert all(torch.equal(resumed_weights[key], value) for key, value in straight_weights.items())
     assert resumed["examples_seen"] == straight["examples_seen"] == 12
 
+    shutil.rmtree(resumed["checkpoint"])  # resuming from step 2 again, but on another question file
+    with pytest.raises(ValueError, match="other questions or candidate settings"):
+        _train(qa_corpus, tmp_path, tiny_config, config, examples=EXAMPLES[:3])
+
 
 def test_a_fresh_run_starts_from_the_pretrained_query_tower_and_encoder(qa_corpus, tmp_path, tiny_config):
     pretrained = {
