@@ -40,7 +40,9 @@ train     Prefect, one stage at a time:
                       (null document included, trivial retrievals excluded), with the
                       MIPS index re-embedded and swapped in asynchronously every N steps
             finetune  Open-QA: query tower + span reader over the top 5 blocks, index fixed
-evaluate  Prefect: exact match and answer recall@1/5/20 per dataset; predictions/ Parquet.
+                      (one softmax over every span of the read blocks, best validated checkpoint kept)
+evaluate  Prefect: exact match, reader accuracy and answer recall@1/5/20 per dataset; predictions/ Parquet.
+compare   evaluated runs side by side: bootstrap 95% intervals and paired tests against the first.
 reproduce Prefect: REALM vs ICT-only (ORQA) vs BM25 + reader and the paper's ablations,
           trained and evaluated on one corpus and question set; a table, a chart, Parquet.
 ask       answer a question with a trained run, showing the evidence blocks.
@@ -302,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--steps", type=int, help="override the preset's number of steps")
     train.add_argument("--param", action="append", default=[], metavar="FIELD=VALUE",
                        help="override any stage parameter, e.g. --param cached_doc_embeddings=true (repeatable)")
-    train.add_argument("--qa", nargs="+", help="finetune: Open-QA training files (default: the demo set)")
+    train.add_argument("--qa", nargs="+", help="finetune: Open-QA training files (default: the shipped NQ, WQ and CT sets)")
     train.set_defaults(handler=_train)
 
     evaluate = commands.add_parser("evaluate", help="exact match and recall@k of a trained run on QA files")

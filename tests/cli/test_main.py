@@ -20,3 +20,21 @@ def test_train_param_overrides_are_typed_like_the_ui_form(monkeypatch, tmp_path,
 def test_bad_train_params_stop_with_the_field_and_the_reason(assignment, message, tmp_path):
     with pytest.raises(SystemExit, match=message):
         main(["train", "pretrain", "--output", str(tmp_path), "--param", assignment])
+
+
+def test_every_run_and_model_preset_is_offered_and_the_model_preset_overrides_the_run_presets(monkeypatch, tmp_path):
+    from typing import get_args
+
+    import realm.flows.finetune_openqa
+    from realm.flows.params import ModelPreset
+    from realm.model.config import PRESETS
+
+    assert set(get_args(ModelPreset)) == set(PRESETS)
+    seen = {}
+    monkeypatch.setattr(
+        realm.flows.finetune_openqa, "finetune_openqa", lambda run, params: seen.update(run=run, params=params) or {}
+    )
+    main(["train", "finetune", "--preset", "gpu", "--model_preset", "fast", "--output", str(tmp_path)])
+    assert seen["run"].model_preset == "fast" and seen["params"].batch_size == 32  # the gpu preset's
+    with pytest.raises(SystemExit, match="sized in epochs"):
+        main(["train", "finetune", "--output", str(tmp_path), "--steps", "10"])
