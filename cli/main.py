@@ -86,6 +86,8 @@ def _pipeline_params(args: argparse.Namespace):
         params.run.model_preset = args.model_preset
     if args.device:
         params.run.device = args.device
+    if args.seed is not None:
+        params.run.seed = args.seed
     return params
 
 
@@ -268,6 +270,7 @@ def _add_run_options(parser: argparse.ArgumentParser, output_default: str | None
                         help="the model preset every component is built with (default: the run preset's)")
     parser.add_argument("--output", default=output_default, required=output_default is None, help="run root")
     parser.add_argument("--device", help="torch device (default: CUDA when present, else CPU)")
+    parser.add_argument("--seed", type=int, help="seed of every stage (default: the run preset's, 0)")
 
 
 def build_parser() -> argparse.ArgumentParser:
