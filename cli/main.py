@@ -112,8 +112,11 @@ def _run(args: argparse.Namespace, beam_args: list[str]) -> int:
         reader = "-" if m["reader_accuracy"] is None else f"{m['reader_accuracy']:.3f}"
         print(f"{dataset:<12} {m['n']:>5} {m['em']:>6.3f} {reader:>12} {m['recall_at_5']:>9.3f}")
     pretrain = summary["pretrain"]
-    print(f"\nmasked-span accuracy on {pretrain['examples']} held-out pre-training examples: "
-          f"{pretrain['accuracy_with_retrieval']:.3f} with retrieval, {pretrain['accuracy_null_only']:.3f} null document alone")
+    if result["pretrain"]["step"]:
+        print(f"\nmasked-span accuracy on {pretrain['examples']} held-out pre-training examples: "
+              f"{pretrain['accuracy_with_retrieval']:.3f} with retrieval, {pretrain['accuracy_null_only']:.3f} null document alone")
+    else:
+        print("\npre-training: 0 steps (the index and the starting encoder only; the preset's choice)")
     print(f"\n$ realm ask --run {params.run.output} {json.dumps(EXAMPLE_QUESTION)}")
     _print_answer(_run_answerer(params.run.output, args.device), EXAMPLE_QUESTION, num_read=5, evidence=3)
     return 0
@@ -264,7 +267,7 @@ def _reject_extra(extra: list[str]) -> None:
 
 def _add_run_options(parser: argparse.ArgumentParser, output_default: str | None) -> None:
     parser.add_argument("--preset", choices=list(get_args(RunPreset)), default="default",
-                        help="tiny: minutes, 300 articles, random 2-layer model; default: ~1 hour, vital corpus; "
+                        help="tiny: minutes, 300 articles, random 2-layer model; default: ~35 minutes, vital corpus; "
                         "gpu: full-size settings for a CUDA machine")
     parser.add_argument("--model_preset", choices=list(get_args(ModelPreset)),
                         help="the model preset every component is built with (default: the run preset's)")

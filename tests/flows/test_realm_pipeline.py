@@ -2,13 +2,14 @@ import math
 
 import pyarrow.parquet as pq
 
+from realm.cli.main import main
 from realm.flows.realm_pipeline import realm_pipeline
 from realm.model.checkpoint import load_components
 from realm.schemas import PREDICTIONS, read_table
 from tests.flows.conftest import tiny_params
 
 
-def test_whole_chain_end_to_end_then_a_rerun_is_all_cache_hits(run_root):
+def test_whole_chain_end_to_end_then_a_rerun_is_all_cache_hits(run_root, capsys):
     params = tiny_params(run_root)
     result = realm_pipeline(params)
 
@@ -26,6 +27,12 @@ def test_whole_chain_end_to_end_then_a_rerun_is_all_cache_hits(run_root):
     for stage in ("ict", "pretrain", "finetune"):
         assert (run_root / "reports" / f"{stage}_loss.png").stat().st_size > 0
     assert pq.read_schema(next((run_root / "predictions").glob("*.parquet"))).names == PREDICTIONS.names
+
+    # `realm ask` answers from the run's best validated checkpoint, the answer's block marked.
+    capsys.readouterr()
+    assert main(["ask", "--run", str(run_root), "--evidence", "5", "who was the commander of apollo 11"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("answer: ") and shown.count("<- the answer") == 1
 
     logged = {stage: (run_root / "reports" / f"{stage}_metrics.jsonl").read_text() for stage in ("ict", "finetune")}
     again = realm_pipeline(params)
