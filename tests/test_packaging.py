@@ -24,6 +24,13 @@ def test_wheel_installs_and_each_package_imports_from_it(tmp_path):
     probe = "import importlib, sys\n" + "\n".join(
         f"m = importlib.import_module({name!r}); assert m.__file__.startswith(sys.argv[1]), m.__file__" for name in PACKAGES
     ) + "\nimport realm.pipelines.prepare, realm.cli.main"
+    # The question sets the main job trains and evaluates on travel with the wheel.
+    probe += (
+        "\nfrom realm.flows.demo import evaluation_qa_paths, training_qa_paths"
+        "\nassert [p.rsplit('/', 1)[1] for p in training_qa_paths()] == ['ct.train.jsonl', 'nq.train.jsonl', 'wq.train.jsonl']"
+        "\nassert [p.rsplit('/', 1)[1] for p in evaluation_qa_paths()] == ['demo_qa.jsonl', 'ct.heldout.jsonl', 'wq.heldout.jsonl']"
+        "\nassert all(p.startswith(sys.argv[1]) for p in training_qa_paths() + evaluation_qa_paths())"
+    )
     env = {**os.environ, "PYTHONPATH": str(site)}
     subprocess.run([sys.executable, "-c", probe, str(site)], check=True, env=env, cwd=tmp_path)
 
