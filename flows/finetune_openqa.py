@@ -28,7 +28,7 @@ def train_finetune_stage(
     from realm.model.config import ModelConfig
     from realm.model.device import select_device
     from realm.model.qa_data import read_qa_file
-    from realm.model.finetune_settings import FinetuneConfig
+    from realm.model.stage_settings import FinetuneConfig
     from realm.model.train_finetune import train_finetune
 
     layout = RunLayout.at(output)

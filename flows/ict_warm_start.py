@@ -20,7 +20,7 @@ from realm.flows.reporting import TrainingReporter
 def train_ict_stage(output: str, model_preset: str, params: IctParams, seed: int, device: str | None) -> dict:
     from realm.model.config import ModelConfig
     from realm.model.device import select_device
-    from realm.model.train_ict import IctConfig, train_ict
+    from realm.model.train_ict import train_ict
 
     layout = RunLayout.at(output)
     reporter = TrainingReporter("ict", layout.reports, params.steps)
@@ -28,9 +28,10 @@ def train_ict_stage(output: str, model_preset: str, params: IctParams, seed: int
         layout.ict_examples,
         layout.checkpoints("ict"),
         ModelConfig.preset(model_preset),
-        IctConfig(**params.model_dump(), seed=seed),
+        params,
         progress=reporter,
         device=select_device(device),
+        seed=seed,
     )
     reporter.publish_curves()
     get_run_logger().info(

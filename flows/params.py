@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from realm.model.finetune_settings import FinetuneConfig
+from realm.model.stage_settings import FinetuneConfig, IctConfig, PretrainConfig
 
 RunPreset = Literal["tiny", "default", "gpu"]
 ModelPreset = Literal["tiny", "fast", "default", "paper"]  # realm.model.config.PRESETS
@@ -41,65 +41,27 @@ class PrepareParams(BaseModel):
     beam_args: list[str] = Field(default_factory=list, description="extra Beam flags, e.g. --runner ...")
 
 
-class IctParams(BaseModel):
-    # 0: publish the sentence-encoder start untrained. Measured (README): held-out ICT top-1
-    # among 512 contexts 0.668, where 300 ICT steps on 2 [CLS]-pooled layers reach 0.105.
-    steps: int = 0
-    batch_size: int = 32
-    learning_rate: float = 1e-4
-    warmup_steps: int = 30
-    checkpoint_every: int = 100
-    log_every: int = 10
-    heldout_examples: int = 512
-    max_query_wordpieces: int = 64
-    max_block_wordpieces: int = 128
-    tower_layers: int | None = Field(6, ge=1, description="transformer layers of both towers (None: the model preset's)")
-    tower_pooling: Literal["cls", "mean"] = Field(
-        "mean", description="cls: REALM's [CLS] state; mean: the mean of the token states (sentence-encoder pooling)"
-    )
-    projection_init: Literal["random", "pca"] = Field(
-        "pca", description="pca: the 128-d projection from the principal directions of pooled contexts"
-    )
+# The ICT stage's flow reads nothing beyond the trainer's settings.
+IctParams = IctConfig
 
 
-class PretrainParams(BaseModel):
-    # ~1 step/s on the vital corpus with the `fast` preset and cached candidate vectors (~8 s
-    # a step with candidates re-embedded by the doc tower, 56 distinct blocks a step).
-    steps: int = 1000
-    batch_size: int = 8
-    num_candidates: int = Field(8, description="k, the null document included")
-    # BERT's own pre-training rate: the MiniLM warm start ships no MLM head, so the head
-    # starts from scratch and a few hundred steps at REALM's 3e-5 leave it near chance.
-    learning_rate: float = 1e-4
-    warmup_steps: int = 50
-    checkpoint_every: int = 50
-    log_every: int = 10
+class PretrainParams(PretrainConfig):
+    """The pre-training settings (`PretrainConfig`) plus what the flow's loop reads: the
+    refresh cadence and the evaluations."""
+
     refresh_every: int = Field(
-        100, description="steps between asynchronous index refreshes (none with cached_doc_embeddings)"
+        100, ge=1, description="steps between asynchronous index refreshes (none with cached_doc_embeddings)"
     )
     eval_every: int | None = Field(
         None, description="steps between held-out masked-span evaluations (None: only after the last step)"
     )
-    heldout_examples: int = 256
-    max_query_wordpieces: int = 64
-    max_block_wordpieces: int = 128
-    # Measured (README): a retriever trained jointly from the start loses the span coverage of
-    # its start within ~200 steps, before the fresh MLM head can read; frozen, it helps.
-    cached_doc_embeddings: bool = Field(True, description="candidate vectors from the index, doc tower frozen")
-    random_spans: bool = Field(False, description="ablation: mask random spans instead of salient spans")
     untrained_eval_examples: int = Field(
         0, ge=0, description="after the last step, also evaluate on up to this many training examples no step has drawn"
-    )
-    retriever_frozen_steps: int = Field(
-        1000, ge=0, description="no gradient into either retriever tower before this step, while the fresh MLM head learns to read"
     )
 
 
 class FinetuneParams(FinetuneConfig):
-    """The fine-tuning settings (`FinetuneConfig`, defined once beside the trainer) plus what
-    the flow reads them from."""
-
-    model_config = ConfigDict(frozen=False, extra="forbid")
+    """The fine-tuning settings (`FinetuneConfig`) plus what the flow reads them from."""
 
     qa_train: list[str] = Field(
         default_factory=list, description="Open-QA training files; empty: the NQ, WebQuestions and CuratedTrec sets shipped"

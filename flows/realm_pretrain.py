@@ -61,7 +61,8 @@ def realm_pretrain(
     from realm.model.device import select_device
     from realm.model.mips import latest_published
     from realm.model.refresh import IndexRefreshScheduler
-    from realm.model.train_pretrain import PretrainConfig, PretrainTrainer, attach_index
+    from realm.model.stage_settings import PretrainConfig
+    from realm.model.train_pretrain import PretrainTrainer, attach_index
 
     logger = get_run_logger()
     layout = RunLayout.at(run.output)
@@ -71,8 +72,8 @@ def realm_pretrain(
         init_retriever = str(ict)
     trainer = PretrainTrainer(
         layout.blocks, layout.pretrain_examples, layout.checkpoints("pretrain"), model_config,
-        PretrainConfig(**params.model_dump(exclude={"refresh_every", "eval_every", "untrained_eval_examples"}), seed=run.seed),
-        init_retriever=init_retriever, device=select_device(run.device),
+        PretrainConfig(**params.model_dump(include=set(PretrainConfig.model_fields))),
+        init_retriever=init_retriever, device=select_device(run.device), seed=run.seed,
     )
     logger.info("pre-training from step %d to %d (retriever init: %s)", trainer.step, params.steps, init_retriever)
 

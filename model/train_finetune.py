@@ -57,7 +57,7 @@ from realm.model.answering import Answerer, question_wordpieces
 from realm.model.block_store import BlockStore
 from realm.model.checkpoint import checkpoint_extra, latest_checkpoint, load_components, save_checkpoint
 from realm.model.config import ModelConfig, build_component
-from realm.model.finetune_settings import FinetuneConfig
+from realm.model.stage_settings import FinetuneConfig
 from realm.model.device import autocast, select_device
 from realm.model.marginal import early_update_loss
 from realm.model.qa_data import QAExample

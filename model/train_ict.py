@@ -18,8 +18,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
@@ -31,12 +29,8 @@ from realm.model.device import autocast, select_device
 from realm.model.inputs import length_sorted_groups, pad_batch
 from realm.model.marginal import mask_log_scores
 from realm.model.retriever import Embedder, Retriever, fit_projection_pca
-from realm.model.tokenization import (
-    MAX_BLOCK_WORDPIECES,
-    MAX_QUESTION_WORDPIECES,
-    WordPieceTokenizer,
-    join,
-)
+from realm.model.stage_settings import IctConfig
+from realm.model.tokenization import WordPieceTokenizer, join
 from realm.model.training import (
     Progress,
     ProgressFn,
@@ -60,27 +54,9 @@ HELDOUT_GROUP_SIZE = 512
 EMBED_MICRO_BATCH = 64
 
 
-@dataclass(frozen=True)
-class IctConfig:
-    steps: int = 1000
-    batch_size: int = 32
-    learning_rate: float = 1e-4
-    warmup_steps: int = 100
-    checkpoint_every: int = 200
-    log_every: int = 10
-    heldout_examples: int = 512
-    seed: int = 0
-    max_query_wordpieces: int = MAX_QUESTION_WORDPIECES
-    max_block_wordpieces: int = MAX_BLOCK_WORDPIECES
-    tower_layers: int | None = None  # None: the model preset's
-    tower_pooling: Literal["cls", "mean"] = "cls"
-    projection_init: Literal["random", "pca"] = "random"
-    projection_sample: int = 4096  # contexts whose pooled vectors the PCA projection is fitted on
-
-
 def fresh_towers(
     model_config: ModelConfig, config: IctConfig, tokenizer: WordPieceTokenizer, examples: Sequence[Mapping],
-    device: torch.device,
+    device: torch.device, seed: int = 0,
 ) -> dict[str, Embedder]:
     """Both towers as `config` asks for them, before any ICT step (see the module docstring)."""
     tower_config = dataclasses.replace(
@@ -90,7 +66,7 @@ def fresh_towers(
     )
     towers = {name: build_component(Embedder, tower_config).to(device) for name in ("query_embedder", "doc_embedder")}
     if config.projection_init == "pca":
-        rows = np.random.default_rng(config.seed).permutation(len(examples))[: config.projection_sample]
+        rows = np.random.default_rng(seed).permutation(len(examples))[: config.projection_sample]
         _, contexts = ict_sequences(tokenizer, [examples[row] for row in np.sort(rows)], config)
         doc_tower = towers["doc_embedder"].eval()
         with torch.no_grad(), autocast(device, model_config.cpu_bf16_autocast):
@@ -178,6 +154,7 @@ def train_ict(
     config: IctConfig,
     progress: ProgressFn | None = None,
     device: torch.device | None = None,
+    seed: int = 0,
 ) -> dict:
     """Train both towers by ICT to `config.steps`, resuming from the newest checkpoint under
     `checkpoint_root`; returns {step, checkpoint, heldout_accuracy, heldout_examples,
@@ -186,14 +163,14 @@ def train_ict(
     device = device or select_device()
     tokenizer = model_config.tokenizer()
     examples = read_table(ict_examples_path, ICT_EXAMPLES, columns=ICT_COLUMNS).to_pylist()
-    train_rows, heldout_rows = heldout_split(len(examples), config.heldout_examples, config.seed)
+    train_rows, heldout_rows = heldout_split(len(examples), config.heldout_examples, seed)
 
-    seed_everything(config.seed)
+    seed_everything(seed)
     resume = latest_resume_point(checkpoint_root, device)
     if resume:
         towers = resume.components
     else:  # the PCA projection sees training contexts only
-        towers = fresh_towers(model_config, config, tokenizer, [examples[row] for row in train_rows], device)
+        towers = fresh_towers(model_config, config, tokenizer, [examples[row] for row in train_rows], device, seed)
     retriever = Retriever(towers["query_embedder"], towers["doc_embedder"]).to(device).train()
     optimizer = build_optimizer([retriever.query_embedder, retriever.doc_embedder], config.learning_rate)
     scheduler = build_scheduler(optimizer, config.warmup_steps, config.steps)
@@ -212,7 +189,7 @@ def train_ict(
         return str(save_checkpoint(checkpoint_root, step, components, optimizer, scheduler, extra={"loss": final_loss}))
 
     while step < config.steps:
-        batch = [examples[row] for row in batch_rows(train_rows, config.batch_size, config.seed, step)]
+        batch = [examples[row] for row in batch_rows(train_rows, config.batch_size, seed, step)]
         queries, contexts = ict_sequences(tokenizer, batch, config)
         with autocast(device, model_config.cpu_bf16_autocast):
             q = retriever.embed_queries(pad_batch(queries, tokenizer.pad_id).to(device))  # [batch, d]

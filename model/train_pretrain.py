@@ -38,6 +38,7 @@ from realm.model.block_store import BlockStore, iter_block_batches
 from realm.model.checkpoint import load_components, save_checkpoint
 from realm.model.config import ModelConfig, build_component
 from realm.model.paired_stats import mcnemar_exact_p_value
+from realm.model.stage_settings import PretrainConfig
 from realm.model.device import autocast, select_device
 from realm.model.embed_corpus import embed_blocks, load_embeddings
 from realm.model.encoder import KnowledgeAugmentedEncoder
@@ -54,7 +55,7 @@ from realm.model.pretrain import (
     span_in_candidates,
 )
 from realm.model.retriever import Embedder, Retriever
-from realm.model.tokenization import BLOCK_SPECIAL_TOKENS, MAX_BLOCK_WORDPIECES, MAX_PRETRAIN_QUERY_WORDPIECES
+from realm.model.tokenization import BLOCK_SPECIAL_TOKENS, MAX_BLOCK_WORDPIECES
 from realm.model.training import (
     Progress,
     apply_update,
@@ -72,40 +73,6 @@ from realm.schemas import PRETRAIN_EXAMPLES, read_table
 log = logging.getLogger(__name__)
 
 EXAMPLE_COLUMNS = ["example_id", "origin_block_id", "forbidden_block_ids", "token_ids", "masked_token_positions"]
-
-
-@dataclass(frozen=True)
-class PretrainConfig:
-    """`learning_rate` 5e-5: the paper's 3e-5 is for batch 512 over 200k steps from a trained
-    BERT MLM head; here batches are small, runs are a few thousand steps, and the `default` /
-    `fast` encoders start with a freshly initialised MLM head (MiniLM ships none), so the top
-    of BERT's fine-tuning range, with warmup, to move that head in the steps there are.
-    `cached_doc_embeddings`: candidates' vectors come from the index and the doc tower is
-    frozen (design §5b "cached", ~1.7x faster steps). `random_spans`: ablation, mask a random
-    span (seeded by example id) instead of the salient one. `max_block_wordpieces` < 288 cuts
-    every block's body (in the index too, see `refresh_index`) for speed.
-    `retriever_frozen_steps`: neither tower gets a gradient before this step. REALM starts
-    from an encoder that already reads (BERT's MLM head); a fresh head cannot, so early on
-    r(z) = [p(y|z,x)/p(y|x) − 1] p(z|x) is noise, and that noise drives p(z|x) to collapse
-    onto arbitrary blocks (measured: a start that finds the masked span in a retrieved
-    block for 21% of held-out examples fell to 4.7% within 200 steps). Frozen first, the
-    encoder learns to read against the warm-start retriever before the retriever learns
-    from the encoder."""
-
-    steps: int = 1000
-    batch_size: int = 8
-    num_candidates: int = 8
-    learning_rate: float = 5e-5
-    warmup_steps: int = 100
-    checkpoint_every: int = 100
-    log_every: int = 10
-    heldout_examples: int = 256
-    seed: int = 0
-    max_query_wordpieces: int = MAX_PRETRAIN_QUERY_WORDPIECES
-    max_block_wordpieces: int = MAX_BLOCK_WORDPIECES
-    cached_doc_embeddings: bool = False
-    random_spans: bool = False
-    retriever_frozen_steps: int = 0
 
 
 def _cut_lists(column: pa.Array, budgets: np.ndarray) -> pa.Array:
@@ -220,19 +187,20 @@ class PretrainTrainer:
         config: PretrainConfig,
         init_retriever: str | None = None,
         device: torch.device | None = None,
+        seed: int = 0,
     ):
         set_transformers_verbosity_error()
         self.blocks_path, self.checkpoint_root = blocks_path, checkpoint_root
-        self.model_config, self.config = model_config, config
+        self.model_config, self.config, self.seed = model_config, config, seed
         self.device = device or select_device()
         self.tokenizer = model_config.tokenizer()
         self.blocks = BlockStore(
             pa.Table.from_batches(list(_fitted_block_batches(blocks_path, config.max_block_wordpieces)))
         )
         self.examples = read_table(examples_path, PRETRAIN_EXAMPLES, columns=EXAMPLE_COLUMNS).to_pylist()
-        self.train_rows, self.heldout_rows = heldout_split(len(self.examples), config.heldout_examples, config.seed)
+        self.train_rows, self.heldout_rows = heldout_split(len(self.examples), config.heldout_examples, seed)
 
-        seed_everything(config.seed)
+        seed_everything(seed)
         resume = latest_resume_point(checkpoint_root, self.device)
         components = resume.components if resume else self._fresh_components(init_retriever)
         self.retriever = Retriever(
@@ -342,7 +310,7 @@ class PretrainTrainer:
         occur verbatim in a retrieved block (what copying could reach); num_random_spans;
         learning_rate; index_snapshot_step and index_age."""
         index = self._index_in_use()
-        batch = self._batch(batch_rows(self.train_rows, self.config.batch_size, self.config.seed, self.step))
+        batch = self._batch(batch_rows(self.train_rows, self.config.batch_size, self.seed, self.step))
         self._train_mode(True)
         # Set from the step alone, so a resumed run freezes exactly as this one. Frozen towers
         # build no graph; AdamW keeps no state for them until their first gradient.
@@ -369,7 +337,7 @@ class PretrainTrainer:
 
     def untrained_rows(self, count: int) -> np.ndarray:
         """Up to `count` training examples no step so far has drawn (`training.untrained_rows`)."""
-        return untrained_rows(self.train_rows, self.config.batch_size, self.config.seed, self.step)[:count]
+        return untrained_rows(self.train_rows, self.config.batch_size, self.seed, self.step)[:count]
 
     @torch.no_grad()
     def evaluate_masked_spans(self, rows: np.ndarray | None = None) -> dict:

@@ -33,18 +33,3 @@ def test_bm25_baseline_fine_tunes_the_reader_alone_and_evaluates_with_bm25_evide
     with pytest.raises(FileNotFoundError, match="pre-training checkpoint"):
         finetune_openqa(params.run, dense)
 
-
-def test_fine_tuning_settings_are_defined_once_for_the_trainer_the_flow_and_the_cli():
-    """The flow's form (and `--param`) is the trainer's settings class plus the data to read."""
-    from realm.cli.main import _with_overrides
-    from realm.flows.params import FinetuneParams
-    from realm.model.finetune_settings import FinetuneConfig
-
-    assert issubclass(FinetuneParams, FinetuneConfig)
-    assert set(FinetuneParams.model_fields) - set(FinetuneConfig.model_fields) == {"qa_train", "retriever"}
-    for name, field in FinetuneConfig.model_fields.items():
-        assert FinetuneParams.model_fields[name].default == field.default, name
-    overridden = _with_overrides(FinetuneParams(), ["epochs=2.5", "span_head_learning_rate=1e-3"])
-    assert FinetuneConfig(**overridden.model_dump(include=set(FinetuneConfig.model_fields))) == FinetuneConfig(
-        epochs=2.5, span_head_learning_rate=1e-3
-    )

@@ -14,7 +14,7 @@ from realm.model.bm25 import Bm25Index
 from realm.model.checkpoint import load_components, save_checkpoint
 from realm.model.config import build_component
 from realm.model.encoder import build_encoder
-from realm.model.finetune_settings import FinetuneConfig
+from realm.model.stage_settings import FinetuneConfig
 from realm.model.inputs import pad_batch
 from realm.model.mips import MipsIndex
 from realm.model.qa_data import QAExample

@@ -1,4 +1,3 @@
-import dataclasses
 import shutil
 from pathlib import Path
 
@@ -8,14 +7,17 @@ import torch
 
 from realm.model.checkpoint import load_components
 from realm.model.config import ModelConfig
-from realm.model.train_ict import IctConfig, ict_loss, ict_scores, train_ict
+from realm.model.stage_settings import IctConfig
+from realm.model.train_ict import ict_loss, ict_scores, train_ict
 from realm.schemas import ICT_EXAMPLES, write_table
 from tests.model.corpus_fixture import CORPUS
 
 CPU = torch.device("cpu")
+# REALM's own ICT: the preset's towers, [CLS]-pooled, a random projection, trained.
 CONFIG = IctConfig(
     steps=4, batch_size=4, learning_rate=1e-3, warmup_steps=1, checkpoint_every=2, log_every=1,
     heldout_examples=3, max_query_wordpieces=16, max_block_wordpieces=32,
+    tower_layers=None, tower_pooling="cls", projection_init="random",
 )
 
 
@@ -111,7 +113,7 @@ def test_sentence_encoder_start_publishes_mean_pooled_pca_towers_without_trainin
     """steps = 0 with tower_layers / tower_pooling / projection_init: the towers are published
     as built, mean-pooled, with a projection whose rows are orthonormal principal directions
     and the same in both towers."""
-    config = dataclasses.replace(CONFIG, steps=0, tower_layers=1, tower_pooling="mean", projection_init="pca")
+    config = CONFIG.model_copy(update=dict(steps=0, tower_layers=1, tower_pooling="mean", projection_init="pca"))
     model_config = ModelConfig.preset("tiny", retrieval_dim=8)  # PCA to 8-d needs >= 8 of the 16 contexts
     result, logged = _train(ict_examples_path, tmp_path, model_config, config)
     assert logged == [] and result["step"] == 0 and Path(result["checkpoint"]).name == "0"

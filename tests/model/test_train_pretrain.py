@@ -1,4 +1,3 @@
-import dataclasses
 import threading
 from pathlib import Path
 
@@ -12,8 +11,8 @@ from realm.model.embed_corpus import embed_blocks, load_embeddings
 from realm.model.mips import MipsIndex, read_manifest
 from realm.model.pretrain import encoder_log_likelihood, encoder_log_probs, make_pretrain_batch, retrieve
 from realm.model.retriever import Embedder
+from realm.model.stage_settings import PretrainConfig
 from realm.model.train_pretrain import (
-    PretrainConfig,
     PretrainTrainer,
     attach_index,
     fit_block_batch,
@@ -26,9 +25,11 @@ from tests.model.corpus_fixture import CORPUS
 
 CPU = torch.device("cpu")
 # Short lengths and a small k keep a tiny-preset step well under a second.
+# Both towers trained from the first step, candidates re-embedded by the doc tower (REALM's
+# own recipe; the stage's defaults freeze the retriever).
 CONFIG = PretrainConfig(
     steps=4, batch_size=2, num_candidates=4, learning_rate=1e-3, warmup_steps=1, heldout_examples=4,
-    max_query_wordpieces=24, max_block_wordpieces=24,
+    max_query_wordpieces=24, max_block_wordpieces=24, cached_doc_embeddings=False, retriever_frozen_steps=0,
 )
 OUTSIDE_CORPUS = 10**6  # origin block ids of the examples: not in Z, so no block is forbidden
 
@@ -97,13 +98,13 @@ def test_step_reports_the_documented_metrics(corpus, tmp_path, tiny_config):
 
 
 def test_random_spans_ablation_masks_every_example_randomly(corpus, tmp_path, tiny_config):
-    config = dataclasses.replace(CONFIG, random_spans=True)
+    config = CONFIG.model_copy(update=dict(random_spans=True))
     metrics = _trainer(corpus, tmp_path, tiny_config, config).train_step()
     assert metrics["num_random_spans"] == config.batch_size
 
 
 def test_cached_mode_freezes_the_doc_tower(corpus, tmp_path, tiny_config):
-    config = dataclasses.replace(CONFIG, cached_doc_embeddings=True)
+    config = CONFIG.model_copy(update=dict(cached_doc_embeddings=True))
     trainer = _trainer(corpus, tmp_path, tiny_config, config)
     before = {k: v.clone() for k, v in trainer.retriever.doc_embedder.state_dict().items()}
     query_before = trainer.retriever.query_embedder.projection.weight.clone()
@@ -113,7 +114,7 @@ def test_cached_mode_freezes_the_doc_tower(corpus, tmp_path, tiny_config):
 
 
 def test_neither_tower_trains_before_retriever_frozen_steps(corpus, tmp_path, tiny_config):
-    config = dataclasses.replace(CONFIG, retriever_frozen_steps=2)
+    config = CONFIG.model_copy(update=dict(retriever_frozen_steps=2))
     trainer = _trainer(corpus, tmp_path, tiny_config, config)
     towers = {"query": trainer.retriever.query_embedder, "doc": trainer.retriever.doc_embedder}
     start = {name: {k: v.clone() for k, v in tower.state_dict().items()} for name, tower in towers.items()}
@@ -128,7 +129,7 @@ def test_neither_tower_trains_before_retriever_frozen_steps(corpus, tmp_path, ti
 
 
 def test_resume_across_the_end_of_the_retriever_freeze_is_exact(corpus, tmp_path, tiny_config):
-    config = dataclasses.replace(CONFIG, retriever_frozen_steps=2)
+    config = CONFIG.model_copy(update=dict(retriever_frozen_steps=2))
     straight = _run(_trainer(corpus, tmp_path / "straight", tiny_config, config), 4)
     first = _trainer(corpus, tmp_path / "split", tiny_config, config)
     _run(first, 1)
@@ -183,7 +184,7 @@ def test_refresh_index_publishes_the_snapshot_embeddings_while_training_runs(cor
 
 def test_the_loss_goes_down_on_the_toy_corpus(corpus, tmp_path, tiny_config):
     """Every step sees all 12 training examples, so the loss is comparable step to step."""
-    config = dataclasses.replace(CONFIG, batch_size=12)
+    config = CONFIG.model_copy(update=dict(batch_size=12))
     losses = [metrics["loss"] for metrics in _run(_trainer(corpus, tmp_path, tiny_config, config), 4)]
     assert losses[-1] < losses[0]
 

@@ -1,0 +1,30 @@
+import pytest
+
+from realm.cli.main import _with_overrides
+from realm.flows.params import FinetuneParams, IctParams, PipelineParams, PretrainParams
+from realm.model.stage_settings import FinetuneConfig, IctConfig, PretrainConfig
+
+# (the flow's parameters, the trainer's settings, what only the flow reads)
+STAGES = [
+    (IctParams, IctConfig, set()),
+    (PretrainParams, PretrainConfig, {"refresh_every", "eval_every", "untrained_eval_examples"}),
+    (FinetuneParams, FinetuneConfig, {"qa_train", "retriever"}),
+]
+
+
+@pytest.mark.parametrize(("params", "config", "flow_only"), STAGES)
+def test_each_stage_setting_is_defined_once_for_the_trainer_the_flow_and_the_cli(params, config, flow_only):
+    """The flow's form (and `--param`) is the trainer's settings class, plus what the flow reads."""
+    assert issubclass(params, config)
+    assert set(params.model_fields) - set(config.model_fields) == flow_only
+    for name, field in config.model_fields.items():
+        assert params.model_fields[name].default == field.default, name
+    changed = {name: f.default * 2 for name, f in config.model_fields.items() if type(f.default) in (int, float)}
+    overridden = _with_overrides(params(), [f"{name}={value}" for name, value in changed.items()])
+    assert config(**overridden.model_dump(include=set(config.model_fields))) == config(**changed)
+
+
+def test_the_default_run_preset_is_the_flow_default_but_for_what_it_says_it_changes():
+    default = PipelineParams.preset("default")
+    assert default.pretrain == PretrainParams(steps=0)
+    assert (default.run, default.ict, default.finetune) == (PipelineParams().run, IctParams(), FinetuneParams())
