@@ -127,20 +127,17 @@ def split_questions(params: ReproduceParams, directory: Path) -> tuple[str, list
     A dataset with an evaluation file in `qa_dev` is evaluated on it; one without gives up
     `dev_fraction` of its training questions, chosen by a hash of the question (stable across
     runs and machines), which are then left out of training."""
-    from realm.model.qa_data import read_qa_file
+    from realm.model.qa_data import hash_chosen, read_qa_file
 
     train = [e for path in params.qa_train for e in read_qa_file(path)]
     dev = [e for path in params.qa_dev for e in read_qa_file(path)]
     with_dev = {e.dataset for e in dev}
 
-    def held_out(question: str) -> bool:
-        digest = hashlib.sha256(f"{params.seed}:{question}".encode()).digest()
-        return int.from_bytes(digest[:8], "big") / 2**64 < params.dev_fraction
 
     evaluation = defaultdict(list, {d: [e for e in dev if e.dataset == d] for d in with_dev})
     kept = []
     for example in train:
-        if example.dataset not in with_dev and held_out(example.question):
+        if example.dataset not in with_dev and hash_chosen(f"{params.seed}:{example.question}", params.dev_fraction):
             evaluation[example.dataset].append(example)
         else:
             kept.append(example)

@@ -10,6 +10,7 @@ A record that cannot be read raises `QAFormatError` naming the file, line and re
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -28,6 +29,13 @@ class QAExample:
     answers: list[str] = field(hash=False)
     dataset: str
     answer_type: str = "text"  # "text" | "regex"
+
+
+def hash_chosen(key: str, fraction: float) -> bool:
+    """Whether `key` (a question, salted by its caller) falls in a `fraction` chosen by its
+    sha256: the same questions on every run and machine, whatever their order or file."""
+    digest = hashlib.sha256(key.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
 
 
 def read_qa_file(path: str | Path, dataset: str | None = None) -> list[QAExample]:

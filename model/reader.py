@@ -208,18 +208,23 @@ def best_span(joint_logits: torch.Tensor, spans: SpanTable) -> BestSpan:
     return BestSpan(candidate, start, end, float(log_probs[flat]))
 
 
-def span_text(tokenizer: WordPieceTokenizer, body_ids: Sequence[int], body_text: str, start: int, end: int) -> str:
-    """The answer: `body_text` (the block's `text`) between the character offsets of the
-    body-relative wordpiece span, so "Jay-Z", "1,000,000" and accents come back as written.
-
-    The chunker's body wordpieces are the text's own (BERT's pre-tokenizer never joins across
-    the whitespace a block starts and ends at); should a block's text not re-tokenize to its
-    body ids, the wordpieces are decoded instead (lowercase, spaced punctuation).
-    """
+def body_offsets(tokenizer: WordPieceTokenizer, body_ids: Sequence[int], body_text: str) -> list[tuple[int, int]] | None:
+    """Character span in `body_text` (the block's `text`) of each body wordpiece, or None if
+    the text does not re-tokenize to the body. The chunker's body wordpieces are the text's
+    own (BERT's pre-tokenizer never joins across the whitespace a block starts and ends at),
+    so None means a block from elsewhere."""
     encoding = tokenizer.encode_with_offsets(body_text)
-    if encoding.ids != list(body_ids):
+    return encoding.offsets if encoding.ids == list(body_ids) else None
+
+
+def span_text(tokenizer: WordPieceTokenizer, body_ids: Sequence[int], body_text: str, start: int, end: int) -> str:
+    """The answer: `body_text` between the character offsets of the body-relative wordpiece
+    span, so "Jay-Z", "1,000,000" and accents come back as written; the decoded wordpieces
+    (lowercase, spaced punctuation) for a text that is not the body's (`body_offsets`)."""
+    offsets = body_offsets(tokenizer, body_ids, body_text)
+    if offsets is None:
         return tokenizer.decode(list(body_ids[start : end + 1]))
-    return body_text[encoding.offsets[start][0] : encoding.offsets[end][1]]
+    return body_text[offsets[start][0] : offsets[end][1]]
 
 
 def build_reader(config: ModelConfig) -> Reader:

@@ -60,9 +60,17 @@ from realm.model.config import ModelConfig, build_component
 from realm.model.stage_settings import FinetuneConfig
 from realm.model.device import autocast, select_device
 from realm.model.marginal import early_update_loss
-from realm.model.qa_data import QAExample
+from realm.model.qa_data import QAExample, hash_chosen
 from realm.model.question_retrieval import QuestionRetriever, is_bm25_index, load_question_retriever
-from realm.model.reader import Reader, build_reader, find_gold_spans, joint_reader_loss, joint_span_logits, reader_inputs
+from realm.model.reader import (
+    Reader,
+    body_offsets,
+    build_reader,
+    find_gold_spans,
+    joint_reader_loss,
+    joint_span_logits,
+    reader_inputs,
+)
 from realm.model.retriever import Embedder
 from realm.model.tokenization import WordPieceTokenizer
 from realm.model.training import (
@@ -90,10 +98,9 @@ COUNTS = ("examples_seen", "without_answer_in_read")
 
 
 def is_validation_question(question: str, fraction: float) -> bool:
-    """Whether a question is held out for validation: a hash of its text below `fraction`, so
-    the same questions on every run and machine, whatever their order or file."""
-    digest = hashlib.sha256(f"finetune-validation:{question}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+    """Whether a question is held out for validation (chosen by hash, salted apart from
+    `realm reproduce`'s held-out tenths)."""
+    return hash_chosen(f"finetune-validation:{question}", fraction)
 
 
 def regex_gold_spans(
@@ -120,11 +127,10 @@ def regex_gold_spans(
             continue
     if not any(c.search(body_text) for c in compiled):
         return []
-    encoding = tokenizer.encode_with_offsets(body_text)
-    if encoding.ids != list(body_ids):
+    offsets = body_offsets(tokenizer, body_ids, body_text)
+    if offsets is None:
         return []
-    offsets = encoding.offsets
-    continues_word = [t.startswith("##") for t in tokenizer.convert_ids_to_tokens(encoding.ids)] + [False]
+    continues_word = [t.startswith("##") for t in tokenizer.convert_ids_to_tokens(list(body_ids))] + [False]
     spans = []
     for start in range(len(offsets)):
         if continues_word[start]:
@@ -427,22 +433,25 @@ def train_finetune(
 
     recorded = {"block_ids": torch.from_numpy(candidates.block_ids), "found": torch.from_numpy(candidates.found)}
 
-    validated: dict = {}  # the last validation's exact match, for the progress report
-
-    def save() -> str:
-        nonlocal best
-        extra = {
+    def extra() -> dict:
+        return {
             "loss": final_loss, "counts": counts, "index_path": str(index_path), "best": best,
             "candidates": recorded, "questions_digest": questions_digest,
         }
-        if validation:
-            em = validation_exact_match(answerer, validation, config.num_read)
-            validated["validation_exact_match"] = em
-            if best is None or em > best["exact_match"]:
-                published = save_checkpoint(Path(checkpoint_root) / BEST_DIR, step, trained, extra=extra, keep=1)
-                best = {"step": step, "exact_match": em, "checkpoint": str(published)}
-            extra["best"] = best
-        return str(save_checkpoint(checkpoint_root, step, trained, optimizer, scheduler, extra=extra))
+
+    def validate() -> dict:
+        """Answer the validation questions; publish the model as the best when it is."""
+        nonlocal best
+        if not validation:
+            return {}
+        em = validation_exact_match(answerer, validation, config.num_read)
+        if best is None or em > best["exact_match"]:
+            published = save_checkpoint(Path(checkpoint_root) / BEST_DIR, step, trained, extra=extra(), keep=1)
+            best = {"step": step, "exact_match": em, "checkpoint": str(published)}
+        return {"validation_exact_match": em}
+
+    def save() -> str:
+        return str(save_checkpoint(checkpoint_root, step, trained, optimizer, scheduler, extra=extra()))
 
     while step < total_steps:
         for module in [*retriever.trainable_modules(), reader]:
@@ -455,8 +464,9 @@ def train_finetune(
         step += 1
         counts["examples_seen"] += len(batch)
         counts["without_answer_in_read"] += stats.without_answer_in_read
-        validated.clear()
+        validated = {}
         if step % config.checkpoint_every == 0 or step == total_steps:
+            validated = validate()
             checkpoint = save()
         metrics = meter.update(
             step,
@@ -471,6 +481,7 @@ def train_finetune(
         if progress is not None and (step % config.log_every == 0 or step == total_steps or validated):
             progress(metrics)
     if checkpoint is None:  # a fresh run with nothing to train: still publish the starting components
+        validate()
         checkpoint = save()
 
     return {
