@@ -39,6 +39,8 @@ train     Prefect, one stage at a time:
             pretrain  REALM pre-training: salient-span MLM over the top-k retrieved blocks
                       (null document included, trivial retrievals excluded), with the
                       MIPS index re-embedded and swapped in asynchronously every N steps
+            warmup    the reader's span-selection warm-up on cloze questions from the corpus
+                      (a salient span becomes a wh-word; the sentence's own blocks never retrieved)
             finetune  Open-QA: query tower + span reader over the top 5 blocks, index fixed
                       (one softmax over every span of the read blocks, best validated checkpoint kept)
 evaluate  Prefect: exact match, reader accuracy and answer recall@1/5/20 per dataset; predictions/ Parquet.
@@ -135,6 +137,8 @@ def _train(args: argparse.Namespace, extra: list[str]) -> int:
         from realm.flows.ict_warm_start import ict_warm_start as stage_flow
     elif args.stage == "pretrain":
         from realm.flows.realm_pretrain import realm_pretrain as stage_flow
+    elif args.stage == "warmup":
+        from realm.flows.reader_warmup import reader_warmup as stage_flow
     else:
         from realm.flows.finetune_openqa import finetune_openqa as stage_flow
 
@@ -305,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_run)
 
     train = commands.add_parser("train", help="one training stage (Prefect flow)")
-    train.add_argument("stage", choices=["ict", "pretrain", "finetune"])
+    train.add_argument("stage", choices=["ict", "pretrain", "warmup", "finetune"])
     _add_run_options(train, None)
     train.add_argument("--steps", type=int, help="override the preset's number of steps")
     train.add_argument("--param", action="append", default=[], metavar="FIELD=VALUE",

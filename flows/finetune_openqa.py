@@ -93,17 +93,18 @@ def finetune_openqa(
     if params.retriever == "bm25":
         index_path = index_path or build_bm25_index(str(layout.root))
     else:
-        init_checkpoint = init_checkpoint or _required(
+        init_checkpoint = init_checkpoint or required(
             latest_checkpoint(layout.checkpoints("pretrain")), "pre-training checkpoint"
         )
-        index_path = index_path or _required(latest_published(layout.index), "published index")
+        index_path = index_path or required(latest_published(layout.index), "published index")
     return cached_in_run(train_finetune_stage, layout)(
         str(layout.root), run.model_preset, params, run.seed, run.device,
         None if init_checkpoint is None else str(init_checkpoint), str(index_path), reader_init,
     )
 
 
-def _required(found, what: str) -> str:
+def required(found, what: str) -> str:
+    """`found` as a string; a clear error naming `what` the run lacks when it is None."""
     if found is None:
         raise FileNotFoundError(f"no {what} found in the run; run the earlier stages first or pass its path")
     return str(found)

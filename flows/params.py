@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from realm.model.stage_settings import FinetuneConfig, IctConfig, PretrainConfig
+from realm.model.stage_settings import FinetuneConfig, IctConfig, PretrainConfig, ReaderWarmupConfig
 
 RunPreset = Literal["tiny", "default", "gpu"]
 ModelPreset = Literal["tiny", "fast", "default", "paper"]  # realm.model.config.PRESETS
@@ -60,6 +60,10 @@ class PretrainParams(PretrainConfig):
     )
 
 
+# The reader warm-up's flow reads nothing beyond the trainer's settings.
+ReaderWarmupParams = ReaderWarmupConfig
+
+
 class FinetuneParams(FinetuneConfig):
     """The fine-tuning settings (`FinetuneConfig`) plus what the flow reads them from."""
 
@@ -84,6 +88,7 @@ class PipelineParams(BaseModel):
     prepare: PrepareParams = Field(default_factory=PrepareParams)
     ict: IctParams = Field(default_factory=IctParams)
     pretrain: PretrainParams = Field(default_factory=PretrainParams)
+    warmup: ReaderWarmupParams = Field(default_factory=ReaderWarmupParams)
     finetune: FinetuneParams = Field(default_factory=FinetuneParams)
     evaluate: EvaluateParams = Field(default_factory=EvaluateParams)
 
@@ -113,6 +118,7 @@ def _tiny() -> PipelineParams:
                       tower_layers=None, tower_pooling="cls", projection_init="random"),
         pretrain=PretrainParams(steps=30, batch_size=4, warmup_steps=3, checkpoint_every=10, refresh_every=10, heldout_examples=32,
                                 cached_doc_embeddings=False, retriever_frozen_steps=0),
+        warmup=ReaderWarmupParams(questions=64, batch_size=4, checkpoint_every=25, num_candidates=5),
         finetune=FinetuneParams(epochs=1, batch_size=4, checkpoint_every=25, num_candidates=5),
     )
 
@@ -125,5 +131,6 @@ def _gpu() -> PipelineParams:
         # The retriever trains in the second half (not yet measured on a GPU).
         pretrain=PretrainParams(steps=3000, batch_size=32, warmup_steps=300, checkpoint_every=250, refresh_every=250,
                                 heldout_examples=1024, retriever_frozen_steps=1500, **lengths),
+        warmup=ReaderWarmupParams(questions=20000, batch_size=32),
         finetune=FinetuneParams(epochs=10, batch_size=32, checkpoint_every=200),
     )

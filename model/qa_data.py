@@ -29,6 +29,8 @@ class QAExample:
     answers: list[str] = field(hash=False)
     dataset: str
     answer_type: str = "text"  # "text" | "regex"
+    # Blocks never to retrieve for this question (a cloze question's own sentence's blocks).
+    excluded_block_ids: tuple[int, ...] = field(default=(), hash=False)
 
 
 def hash_chosen(key: str, fraction: float) -> bool:

@@ -1,5 +1,5 @@
 """Every training stage's settings, defined once: the trainers (`realm.model.train_ict`,
-`train_pretrain`, `train_finetune`), the Prefect flows' forms (`realm.flows.params`, which add
+`train_pretrain`, `train_finetune`, which also runs the reader's warm-up), the Prefect flows' forms (`realm.flows.params`, which add
 what only the flow reads) and `realm train STAGE --param` all use these classes and their
 defaults. The run presets (`realm.flows.params.PipelineParams.preset`) override some of them.
 The seed is the run's (`RunParams.seed`), passed to each trainer beside its settings.
@@ -121,3 +121,17 @@ class FinetuneConfig(BaseModel):
         if self.num_read > self.num_candidates:
             raise ValueError(f"need num_read <= num_candidates, got {self.num_read} and {self.num_candidates}")
         return self
+
+
+class ReaderWarmupConfig(FinetuneConfig):
+    """The reader's span-selection warm-up: fine-tuning (same trainer, same loss) on cloze
+    questions made from the corpus's own salient-span sentences (`realm.model.cloze_questions`),
+    before fine-tuning on Open-QA questions starts from the reader and query tower it leaves."""
+
+    questions: int = Field(4000, ge=0, description="cloze questions drawn from the pre-training sentences (0: no warm-up)")
+    # One pass: ~12 min with the 6-layer model on a 2-core CPU, within the main job's hour.
+    epochs: float = Field(1.0, ge=0, description="passes over the cloze questions with an answer among their candidates")
+    checkpoint_every: int = Field(100, ge=1, description="steps between checkpoints, each validated")
+    validation_fraction: float = Field(
+        0.02, ge=0, lt=1, description="cloze questions held out by hash and answered at each checkpoint"
+    )

@@ -180,20 +180,23 @@ class CandidateCache:
         retrieved: tuple[np.ndarray, np.ndarray] | None = None,
         batch_size: int = 64,
     ) -> CandidateCache:
-        """Retrieve each example's top `config.num_candidates` (or take `retrieved`, the
-        (block_ids, found) a checkpoint recorded) and find their gold spans."""
+        """Retrieve each example's top `config.num_candidates` other than its
+        `excluded_block_ids` (or take `retrieved`, the (block_ids, found) a checkpoint
+        recorded) and find their gold spans."""
         if retrieved is None:
+            k = config.num_candidates
+            depth = k + max((len(e.excluded_block_ids) for e in examples), default=0)
             hits = [
                 retriever.retrieve(
-                    questions, question_wordpieces(tokenizer, questions, config.max_question_wordpieces),
-                    config.num_candidates,
+                    [e.question for e in batch],
+                    question_wordpieces(tokenizer, [e.question for e in batch], config.max_question_wordpieces),
+                    depth,
                 )
-                for questions in (
-                    [e.question for e in examples[start : start + batch_size]]
-                    for start in range(0, len(examples), batch_size)
-                )
+                for batch in (examples[start : start + batch_size] for start in range(0, len(examples), batch_size))
             ]
-            retrieved = np.concatenate([h.block_ids for h in hits]), np.concatenate([h.found for h in hits])
+            retrieved = _without_excluded(
+                np.concatenate([h.block_ids for h in hits]), np.concatenate([h.found for h in hits]), examples, k
+            )
         block_ids, found = retrieved
         gold = [
             [
@@ -203,6 +206,21 @@ class CandidateCache:
             for example, row_ids, row_found in zip(examples, block_ids, found)
         ]
         return cls(block_ids, found, gold)
+
+
+def _without_excluded(
+    block_ids: np.ndarray, found: np.ndarray, examples: Sequence[QAExample], k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The first `k` of each row's retrieved blocks that its example does not exclude, in
+    retrieval order ([n, k] block ids and found flags, -1 / False where fewer remain)."""
+    kept_ids = np.full((len(examples), k), -1, dtype=np.int64)
+    kept_found = np.zeros((len(examples), k), dtype=bool)
+    for row, example in enumerate(examples):
+        excluded = set(example.excluded_block_ids)
+        keep = [c for c in range(block_ids.shape[1]) if int(block_ids[row, c]) not in excluded][:k]
+        kept_ids[row, : len(keep)] = block_ids[row, keep]
+        kept_found[row, : len(keep)] = found[row, keep]
+    return kept_ids, kept_found
 
 
 @dataclass
@@ -296,7 +314,8 @@ def initial_components(
     with_query_embedder: bool = True,
 ) -> dict[str, PreTrainedModel]:
     """reader (and query_embedder when `with_query_embedder`) of a fresh run (module
-    docstring); the reader's span MLP is always freshly initialised."""
+    docstring): a `reader_init` holding a reader (a warm-up's) gives the whole reader, span MLP
+    included; one holding an encoder gives the reader's BERT, under a fresh span MLP."""
     components: dict[str, PreTrainedModel] = {"reader": build_reader(model_config)}
     reader_init = None if reader_init == WARM_START else reader_init or init_checkpoint
     if with_query_embedder:
@@ -317,7 +336,9 @@ def initial_components(
             _load_into(components["query_embedder"], source, init_checkpoint, "query_embedder")
     if reader_init is not None:
         init = load_components(reader_init)
-        if "encoder" in init:
+        if "reader" in init:
+            _load_into(components["reader"], init["reader"], reader_init, "reader")
+        elif "encoder" in init:
             _load_into(components["reader"].bert, init["encoder"].bert, reader_init, "encoder")
         else:
             log.info("%s has no encoder; the reader starts from %s", reader_init, model_config.model_dir or "random init")
@@ -335,7 +356,7 @@ def _questions_digest(training: Sequence[QAExample], config: FinetuneConfig) -> 
     """What the candidate cache depends on besides the index: the training questions, their
     answers and the candidate settings."""
     text = json.dumps(
-        [[e.question, list(e.answers), e.answer_type] for e in training]
+        [[e.question, list(e.answers), e.answer_type, list(e.excluded_block_ids)] for e in training]
         + [config.num_candidates, config.max_question_wordpieces, config.validation_fraction]
     )
     return hashlib.sha256(text.encode()).hexdigest()

@@ -3,6 +3,7 @@
 import importlib.util
 from pathlib import Path
 
+import pytest
 import yaml
 from prefect import Flow
 
@@ -30,9 +31,15 @@ def test_every_deployment_names_a_flow_and_valid_parameters():
         assert deployment["work_pool"]["name"] == "realm-local"
 
 
-def test_nightly_smoke_deployment_is_the_tiny_preset():
+@pytest.mark.parametrize(("deployment", "preset"), [("nightly-tiny", "tiny"), ("demo", "default")])
+def test_the_end_to_end_deployments_are_the_run_presets(deployment, preset):
+    config = yaml.safe_load((ROOT / "deploy" / "prefect.yaml").read_text())
+    (declared,) = [d for d in config["deployments"] if d["name"] == deployment]
+    params = PipelineParams.model_validate(declared["parameters"]["params"])
+    assert params == PipelineParams.preset(preset, output=params.run.output)
+
+
+def test_nightly_smoke_deployment_runs_every_night():
     config = yaml.safe_load((ROOT / "deploy" / "prefect.yaml").read_text())
     (nightly,) = [d for d in config["deployments"] if d["name"] == "nightly-tiny"]
-    declared = PipelineParams.model_validate(nightly["parameters"]["params"])
-    assert declared == PipelineParams.preset("tiny", output="runs/nightly-tiny")
     assert nightly["schedules"][0]["cron"] == "0 2 * * *"

@@ -1,13 +1,14 @@
 import pytest
 
 from realm.cli.main import _with_overrides
-from realm.flows.params import FinetuneParams, IctParams, PipelineParams, PretrainParams
-from realm.model.stage_settings import FinetuneConfig, IctConfig, PretrainConfig
+from realm.flows.params import FinetuneParams, IctParams, PipelineParams, PretrainParams, ReaderWarmupParams
+from realm.model.stage_settings import FinetuneConfig, IctConfig, PretrainConfig, ReaderWarmupConfig
 
 # (the flow's parameters, the trainer's settings, what only the flow reads)
 STAGES = [
     (IctParams, IctConfig, set()),
     (PretrainParams, PretrainConfig, {"refresh_every", "eval_every", "untrained_eval_examples"}),
+    (ReaderWarmupParams, ReaderWarmupConfig, set()),
     (FinetuneParams, FinetuneConfig, {"qa_train", "retriever"}),
 ]
 
@@ -27,4 +28,6 @@ def test_each_stage_setting_is_defined_once_for_the_trainer_the_flow_and_the_cli
 def test_the_default_run_preset_is_the_flow_default_but_for_what_it_says_it_changes():
     default = PipelineParams.preset("default")
     assert default.pretrain == PretrainParams(steps=0)
-    assert (default.run, default.ict, default.finetune) == (PipelineParams().run, IctParams(), FinetuneParams())
+    assert (default.run, default.ict, default.warmup, default.finetune) == (
+        PipelineParams().run, IctParams(), ReaderWarmupParams(), FinetuneParams()
+    )

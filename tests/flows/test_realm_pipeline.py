@@ -17,6 +17,8 @@ def test_whole_chain_end_to_end_then_a_rerun_is_all_cache_hits(run_root, capsys)
     assert result["pretrain"]["step"] == 6
     assert {"accuracy_with_retrieval", "accuracy_null_only"} <= set(result["pretrain"])
     assert result["pretrain"]["refreshes"], "no asynchronous refresh was swapped in"
+    assert result["warmup"]["step"] == math.ceil(result["warmup"]["training_questions"] / 2) > 0
+    assert result["finetune"]["init_checkpoint"] == result["warmup"]["checkpoint"]
     assert result["finetune"]["step"] == math.ceil(result["finetune"]["training_questions"] / 2) > 0
     demo = result["evaluate"]["demo"]
     assert demo["n"] == 40 and 0.0 <= demo["em"] <= 1.0
@@ -24,7 +26,7 @@ def test_whole_chain_end_to_end_then_a_rerun_is_all_cache_hits(run_root, capsys)
     predictions = read_table(str(run_root / "predictions" / "demo.parquet"), PREDICTIONS)
     assert predictions.num_rows == 40
     assert all(len(ids) == 20 for ids in predictions["block_ids"].to_pylist())
-    for stage in ("ict", "pretrain", "finetune"):
+    for stage in ("ict", "pretrain", "warmup", "finetune"):
         assert (run_root / "reports" / f"{stage}_loss.png").stat().st_size > 0
     assert pq.read_schema(next((run_root / "predictions").glob("*.parquet"))).names == PREDICTIONS.names
 
@@ -34,9 +36,9 @@ def test_whole_chain_end_to_end_then_a_rerun_is_all_cache_hits(run_root, capsys)
     shown = capsys.readouterr().out
     assert shown.startswith("answer: ") and shown.count("<- the answer") == 1
 
-    logged = {stage: (run_root / "reports" / f"{stage}_metrics.jsonl").read_text() for stage in ("ict", "finetune")}
+    logged = {stage: (run_root / "reports" / f"{stage}_metrics.jsonl").read_text() for stage in ("ict", "warmup", "finetune")}
     again = realm_pipeline(params)
-    assert again["ict"] == result["ict"] and again["finetune"] == result["finetune"]
+    assert all(again[stage] == result[stage] for stage in ("ict", "warmup", "finetune"))
     # Cache hits: the cached stages logged no training step the second time.
     assert {stage: (run_root / "reports" / f"{stage}_metrics.jsonl").read_text() for stage in logged} == logged
 

@@ -33,6 +33,7 @@ from realm.model.train_finetune import (
     train_finetune,
     validation_exact_match,
 )
+from tests.model.corpus_fixture import CORPUS
 from tests.model.test_answering import write_qa_corpus
 
 CPU = torch.device("cpu")
@@ -304,3 +305,33 @@ def test_bm25_fine_tuning_trains_the_reader_alone_and_checkpoints_only_it(qa_cor
     readers = [m["reader_loss"] for m in logged]
     assert np.mean(readers[-3:]) < 0.5 * np.mean(readers[:3])
     assert sorted(p.name for p in Path(result["checkpoint"]).iterdir() if p.is_dir()) == ["reader"]
+
+
+def test_a_questions_excluded_blocks_are_never_among_its_candidates(qa_corpus, tokenizer, tiny_config, distinct_vectors_index):
+    """A cloze question's own block (Paris's) is no candidate: the other seven are, in
+    retrieval order, and the answer it holds is found only where another block repeats it."""
+    blocks = BlockStore.from_parquet(qa_corpus[0], with_text=True)
+    retriever = DenseRetriever(
+        build_component(Embedder, tiny_config).eval(), MipsIndex.load(distinct_vectors_index), tokenizer, tiny_config, CPU
+    )
+    question = "what is the capital and largest city of France, on the river Seine."
+    free, excluded = QAExample(question, ["Paris"], "cloze"), QAExample(question, ["Paris"], "cloze", excluded_block_ids=(-7,))
+    everything, cloze = (_cache(retriever, tokenizer, blocks, [e], tiny_config) for e in (free, excluded))
+
+    assert sorted(everything.block_ids[0].tolist()) == sorted(b for b, _, _ in CORPUS)
+    assert cloze.block_ids[0].tolist() == [b for b in everything.block_ids[0].tolist() if b != -7] + [-1]
+    assert cloze.found[0].tolist() == [True] * 7 + [False]
+    holding = {int(b) for b, held in zip(cloze.block_ids[0], cloze.holds_answer[0]) if held}
+    assert holding == {11}  # "The Seine flows through Paris ..."
+
+
+def test_a_warmed_up_reader_starts_fine_tuning_whole_span_head_included(qa_corpus, tmp_path, tiny_config):
+    warmed = {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(tiny_config)}
+    init = save_checkpoint(tmp_path / "warmup", 7, warmed)
+    result, _ = _train(
+        qa_corpus, tmp_path / "finetune", tiny_config, CONFIG.model_copy(update={"epochs": 0}), init_checkpoint=str(init)
+    )
+    started = load_components(result["checkpoint"])
+    for name in ("query_embedder", "reader"):
+        for key, value in warmed[name].state_dict().items():
+            assert torch.equal(started[name].state_dict()[key], value), f"{name}.{key}"
