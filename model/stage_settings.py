@@ -128,8 +128,10 @@ class ReaderWarmupConfig(FinetuneConfig):
     questions made from the corpus's own salient-span sentences (`realm.model.cloze_questions`),
     before fine-tuning on Open-QA questions starts from the reader and query tower it leaves."""
 
-    questions: int = Field(4000, ge=0, description="cloze questions drawn from the pre-training sentences (0: no warm-up)")
-    # One pass: ~12 min with the 6-layer model on a 2-core CPU, within the main job's hour.
+    # Measured on the vital corpus: 45% of the cloze questions have their answer in another
+    # block among their top 20 (30% in the top 5), so 6,000 give ~2,650 that train.
+    questions: int = Field(6000, ge=0, description="cloze questions drawn from the pre-training sentences (0: no warm-up)")
+    # One pass: ~13 min with the 6-layer model on a 2-core CPU, within the main job's hour.
     epochs: float = Field(1.0, ge=0, description="passes over the cloze questions with an answer among their candidates")
     checkpoint_every: int = Field(100, ge=1, description="steps between checkpoints, each validated")
     validation_fraction: float = Field(
