@@ -26,10 +26,10 @@ import torch
 import transformers
 from torch.nn.utils.rnn import pad_sequence
 
-from realm.model.config import ModelConfig, build_component
-from realm.model.device import autocast, select_device
-from realm.model.embed_corpus import embed_blocks, load_embeddings
-from realm.model.retriever import Embedder
+from realm.model.networks.config import ModelConfig, build_component
+from realm.model.networks.device import autocast, select_device
+from realm.model.index.embed_corpus import embed_blocks, load_embeddings
+from realm.model.networks.retriever import Embedder
 from realm.model.tokenization import BLOCK_SPECIAL_TOKENS, MAX_BLOCK_WORDPIECES
 
 

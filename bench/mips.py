@@ -26,8 +26,8 @@ import time
 
 import numpy as np
 
-from realm.model.embed_corpus import load_embeddings
-from realm.model.mips import IndexConfig, MipsIndex, ivf_nlist, set_faiss_threads
+from realm.model.index.embed_corpus import load_embeddings
+from realm.model.index.mips import IndexConfig, MipsIndex, ivf_nlist, set_faiss_threads
 
 DIM = 128
 NUM_CENTRES = 10_000

@@ -3,7 +3,7 @@
     python bench/pretrain_step.py [--preset default] [--batch 8] [--k 8] [--query-len 96]
         [--block-len 288] [--bf16 | --no-bf16] [--dropout P] [--cached] [--steps 3]
 
-Runs the project's step (`realm.model.pretrain`: masked queries, MIPS with trivial
+Runs the project's step (`realm.model.training.pretrain_step`: masked queries, MIPS with trivial
 retrievals excluded, null document first, k candidates, marginal likelihood, AdamW) on a
 synthetic corpus: `--blocks` blocks of random wordpieces with exactly the requested
 lengths, and random unit vectors in the index. The MIPS search runs for real, but its hits
@@ -29,12 +29,12 @@ import pyarrow as pa
 import torch
 import transformers
 
-from realm.model.block_store import BlockStore
-from realm.model.config import ModelConfig
-from realm.model.device import autocast, select_device
-from realm.model.encoder import build_encoder
-from realm.model.mips import MipsIndex
-from realm.model.pretrain import (
+from realm.model.index.block_store import BlockStore
+from realm.model.networks.config import ModelConfig
+from realm.model.networks.device import autocast, select_device
+from realm.model.networks.encoder import build_encoder
+from realm.model.index.mips import MipsIndex
+from realm.model.training.pretrain_step import (
     candidate_embeddings,
     encoder_log_likelihood,
     make_pretrain_batch,
@@ -42,7 +42,7 @@ from realm.model.pretrain import (
     retrieval_logits,
     retrieve,
 )
-from realm.model.retriever import build_retriever
+from realm.model.networks.retriever import build_retriever
 from realm.model.tokenization import BLOCK_SPECIAL_TOKENS
 
 TITLE_WORDPIECES = 4

@@ -171,7 +171,7 @@ def _with_overrides(stage, assignments: list[str]):
 def _evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
     from realm.flows.evaluate import evaluate
-    from realm.flows.layout import RunLayout
+    from realm.schemas.run_layout import RunLayout
     from realm.flows.params import EvaluateParams, RunParams
 
     preset = RunLayout.at(args.run).model_preset()
@@ -222,24 +222,16 @@ def _ask(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _run_answerer(run_root: str, device: str | None):
-    """The Answerer of a trained run: its fine-tuned checkpoint, the index it was trained
-    against, its blocks and model preset."""
-    from realm.flows.layout import RunLayout
-    from realm.model.answering import Answerer
-    from realm.model.config import ModelConfig
-    from realm.model.device import select_device
-    from realm.model.train_finetune import finetuned_checkpoint
-    from realm.model.training import set_transformers_verbosity_error
+    """The Answerer of a trained run (`Answerer.from_run`); a clear exit when it is not one."""
+    from realm.model.networks.device import select_device
+    from realm.model.qa.answering import Answerer
+    from realm.model.training.loop import set_transformers_verbosity_error
 
     set_transformers_verbosity_error()
-    layout = RunLayout.at(run_root)
-    checkpoint = finetuned_checkpoint(layout.checkpoints("finetune"))
-    index = layout.index_for(checkpoint) if checkpoint is not None else None
-    if index is None or layout.model_preset() is None:
-        raise SystemExit(f"{layout.root}: not a trained run (needs checkpoints/finetune, index/ or bm25/, and run.json)")
-    return Answerer.from_checkpoint(
-        str(checkpoint), str(index), layout.blocks, ModelConfig.preset(layout.model_preset()), device=select_device(device)
-    )
+    try:
+        return Answerer.from_run(run_root, device=select_device(device))
+    except FileNotFoundError as error:
+        raise SystemExit(str(error)) from None
 
 
 def _print_answer(answerer, question: str, num_read: int, evidence: int) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prefect.cache_policies import INPUTS, TASK_SOURCE
 
-from realm.flows.layout import RunLayout
+from realm.schemas.run_layout import RunLayout
 
 
 def cached_in_run(task, layout: RunLayout):

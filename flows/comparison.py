@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from realm.flows.layout import RunLayout
+from realm.schemas.run_layout import RunLayout
 
 
 def compare_runs(run_roots: list[str]) -> list[dict]:
     """One row per (dataset, run): {dataset, run, n, em, em_low, em_high, reader_accuracy,
     reader_low, reader_high, n_answer_read, recall_at_5, only_this_right, only_baseline_right,
     p_value} (the last three None for the baseline)."""
-    from realm.model.paired_stats import bootstrap_interval, mcnemar_exact_p_value
+    from realm.model.qa.paired_stats import bootstrap_interval, mcnemar_exact_p_value
     from realm.schemas import PREDICTIONS, read_table
 
     tables = {}

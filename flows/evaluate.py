@@ -17,7 +17,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from realm.flows.demo import evaluation_qa_paths
-from realm.flows.layout import RunLayout
+from realm.schemas.run_layout import RunLayout
 from realm.flows.params import EvaluateParams, RunParams
 
 RECALL_AT = (1, 5, 20)
@@ -27,8 +27,8 @@ def score_predictions(examples, predictions, num_read: int) -> tuple[dict[str, d
     """Per-dataset metrics and PREDICTIONS rows for `predictions` of `examples` (same order);
     the reader read each question's top `num_read` blocks. `reader_accuracy` is None for a
     dataset where no question has an answer in them."""
-    from realm.model.answer_metrics import exact_match
-    from realm.model.answering import answer_rank
+    from realm.model.qa.answer_metrics import exact_match
+    from realm.model.qa.answering import answer_rank
 
     rows: dict[str, list[dict]] = defaultdict(list)
     hits: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
@@ -68,10 +68,10 @@ def evaluate_qa(
     output: str, model_preset: str, qa_files: list[str], params: EvaluateParams, device: str | None,
     checkpoint: str, index_path: str,
 ) -> dict[str, dict]:
-    from realm.model.answering import Answerer
-    from realm.model.config import ModelConfig
-    from realm.model.device import select_device
-    from realm.model.qa_data import read_qa_file
+    from realm.model.qa.answering import Answerer
+    from realm.model.networks.config import ModelConfig
+    from realm.model.networks.device import select_device
+    from realm.model.qa.qa_data import read_qa_file
     from realm.schemas import PREDICTIONS, write_table
 
     logger = get_run_logger()
@@ -120,13 +120,11 @@ def _share(value: float | None) -> str:
 def evaluate(run: RunParams = RunParams(), params: EvaluateParams = EvaluateParams(),
              checkpoint: str | None = None, index_path: str | None = None) -> dict[str, dict]:
     """Evaluate the run's fine-tuned checkpoint (its best validated one, or `checkpoint`) on `params.qa`."""
-    from realm.model.train_finetune import finetuned_checkpoint
+    from realm.model.qa.trained_run import TrainedRun
 
-    layout = RunLayout.at(run.output)
-    checkpoint = checkpoint or finetuned_checkpoint(layout.checkpoints("finetune"))
-    index_path = index_path or (layout.index_for(checkpoint) if checkpoint is not None else None)
-    if checkpoint is None or index_path is None:
-        raise FileNotFoundError(f"{layout.root}: no fine-tuned checkpoint or published index to evaluate")
-    model_preset = layout.model_preset() or run.model_preset
+    trained = TrainedRun.at(run.output, checkpoint, index_path, run.model_preset)
     qa_files = params.qa or evaluation_qa_paths()
-    return evaluate_qa(str(layout.root), model_preset, qa_files, params, run.device, str(checkpoint), str(index_path))
+    return evaluate_qa(
+        str(RunLayout.at(run.output).root), trained.model_preset, qa_files, params, run.device,
+        str(trained.checkpoint), str(trained.index),
+    )

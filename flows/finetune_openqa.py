@@ -15,7 +15,7 @@ from prefect.cache_policies import NO_CACHE
 
 from realm.flows.caching import cached_in_run
 from realm.flows.demo import training_qa_paths
-from realm.flows.layout import RunLayout
+from realm.schemas.run_layout import RunLayout
 from realm.flows.params import FinetuneParams, RunParams
 from realm.flows.reporting import TrainingReporter
 
@@ -25,11 +25,11 @@ def train_finetune_stage(
     output: str, model_preset: str, params: FinetuneParams, seed: int, device: str | None,
     init_checkpoint: str | None, index_path: str, reader_init: str | None = None,
 ) -> dict:
-    from realm.model.config import ModelConfig
-    from realm.model.device import select_device
-    from realm.model.qa_data import read_qa_file
-    from realm.model.stage_settings import FinetuneConfig
-    from realm.model.train_finetune import train_finetune
+    from realm.model.networks.config import ModelConfig
+    from realm.model.networks.device import select_device
+    from realm.model.qa.qa_data import read_qa_file
+    from realm.model.training.stage_settings import FinetuneConfig
+    from realm.model.training.train_finetune import train_finetune
 
     layout = RunLayout.at(output)
     files = params.qa_train or training_qa_paths()
@@ -59,8 +59,8 @@ def build_bm25_index(output: str) -> str:
 
     import pyarrow.parquet as pq
 
-    from realm.model.bm25 import Bm25Index
-    from realm.model.mips import latest_published, read_manifest
+    from realm.model.index.bm25 import Bm25Index
+    from realm.model.index.mips import latest_published, read_manifest
     from realm.schemas.io import parquet_files
 
     layout = RunLayout.at(output)
@@ -85,8 +85,8 @@ def finetune_openqa(
 ) -> dict:
     """Defaults: the run's latest pre-training checkpoint and its newest published index (a
     BM25 run needs no checkpoint: its reader starts from `reader_init` or the warm start)."""
-    from realm.model.checkpoint import latest_checkpoint
-    from realm.model.mips import latest_published
+    from realm.model.networks.checkpoint import latest_checkpoint
+    from realm.model.index.mips import latest_published
 
     layout = RunLayout.at(run.output)
     layout.record_model_preset(run.model_preset)

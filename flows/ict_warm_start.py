@@ -11,16 +11,16 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
 from realm.flows.caching import cached_in_run
-from realm.flows.layout import RunLayout
+from realm.schemas.run_layout import RunLayout
 from realm.flows.params import IctParams, RunParams
 from realm.flows.reporting import TrainingReporter
 
 
 @task(name="realm-train-ict")
 def train_ict_stage(output: str, model_preset: str, params: IctParams, seed: int, device: str | None) -> dict:
-    from realm.model.config import ModelConfig
-    from realm.model.device import select_device
-    from realm.model.train_ict import train_ict
+    from realm.model.networks.config import ModelConfig
+    from realm.model.networks.device import select_device
+    from realm.model.training.train_ict import train_ict
 
     layout = RunLayout.at(output)
     reporter = TrainingReporter("ict", layout.reports, params.steps)

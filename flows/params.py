@@ -19,16 +19,16 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from realm.model.stage_settings import FinetuneConfig, IctConfig, PretrainConfig, ReaderWarmupConfig
+from realm.model.training.stage_settings import FinetuneConfig, IctConfig, PretrainConfig, ReaderWarmupConfig
 
 RunPreset = Literal["tiny", "default", "gpu"]
-ModelPreset = Literal["tiny", "fast", "default", "paper"]  # realm.model.config.PRESETS
+ModelPreset = Literal["tiny", "fast", "default", "paper"]  # realm.model.networks.config.PRESETS
 
 
 class RunParams(BaseModel):
     output: str = Field("runs/demo", description="run root every artifact is written under")
     model_preset: ModelPreset = Field(
-        "default", description="realm.model.config preset (see its docstrings for the speed/fidelity trade)"
+        "default", description="realm.model.networks.config preset (see its docstrings for the speed/fidelity trade)"
     )
     device: str | None = Field(None, description="torch device; default CUDA when present, else CPU")
     seed: int = 0

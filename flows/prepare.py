@@ -6,7 +6,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from realm.flows.caching import cached_in_run
-from realm.flows.layout import RunLayout
+from realm.schemas.run_layout import RunLayout
 from realm.flows.params import PrepareParams, RunParams
 
 

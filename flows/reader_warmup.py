@@ -1,6 +1,6 @@
 """`realm-reader-warmup`: the reader learns to select spans from the corpus itself before Open QA.
 
-Cloze questions from the run's salient-span sentences (`realm.model.cloze_questions`: the span
+Cloze questions from the run's salient-span sentences (`realm.model.training.cloze_questions`: the span
 becomes a wh-word, the sentence's own blocks are never retrieved) train the query tower and
 the span reader exactly as Open-QA fine-tuning does, over the run's fixed index; fine-tuning
 then starts from both. Checkpoints under `<root>/checkpoints/warmup/`; with `questions=0` the
@@ -12,7 +12,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 
 from realm.flows.caching import cached_in_run
-from realm.flows.layout import RunLayout
+from realm.schemas.run_layout import RunLayout
 from realm.flows.params import ReaderWarmupParams, RunParams
 from realm.flows.reporting import TrainingReporter
 
@@ -22,10 +22,10 @@ def train_reader_warmup_stage(
     output: str, model_preset: str, params: ReaderWarmupParams, seed: int, device: str | None,
     init_checkpoint: str, index_path: str,
 ) -> dict:
-    from realm.model.cloze_questions import cloze_questions
-    from realm.model.config import ModelConfig
-    from realm.model.device import select_device
-    from realm.model.train_finetune import train_finetune
+    from realm.model.training.cloze_questions import cloze_questions
+    from realm.model.networks.config import ModelConfig
+    from realm.model.networks.device import select_device
+    from realm.model.training.train_finetune import train_finetune
 
     layout = RunLayout.at(output)
     questions = cloze_questions(layout.pretrain_examples, params.questions, seed, params.max_question_wordpieces)
@@ -55,8 +55,8 @@ def reader_warmup(
     """Defaults: the run's latest pre-training checkpoint and its newest published index.
     Returns the stage's result; its `checkpoint` is None when `params.questions` is 0."""
     from realm.flows.finetune_openqa import required
-    from realm.model.checkpoint import latest_checkpoint
-    from realm.model.mips import latest_published
+    from realm.model.networks.checkpoint import latest_checkpoint
+    from realm.model.index.mips import latest_published
 
     if params.questions == 0:
         get_run_logger().info("reader warm-up: 0 questions, skipped")

@@ -18,7 +18,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from realm.flows.layout import RunLayout
+from realm.schemas.run_layout import RunLayout
 from realm.flows.params import PretrainParams, RunParams
 from realm.flows.reporting import TrainingReporter
 
@@ -30,13 +30,13 @@ def refresh_index(
     """Re-embed every block with the doc-tower snapshot and publish `index/<snapshot_step>/`."""
     import time
 
-    from realm.model.config import ModelConfig
-    from realm.model.device import select_device
-    from realm.model.train_pretrain import refresh_index as build_and_publish
+    from realm.model.networks.config import ModelConfig
+    from realm.model.networks.device import select_device
+    from realm.model.index.rebuild import rebuild_index
 
     layout = RunLayout.at(output)
     started = time.perf_counter()
-    path = build_and_publish(
+    path = rebuild_index(
         layout.blocks, snapshot_dir, layout.embeddings, layout.index, snapshot_step,
         ModelConfig.preset(model_preset), device=select_device(device), max_block_wordpieces=max_block_wordpieces,
     )
@@ -46,7 +46,7 @@ def refresh_index(
 
 
 def _load_published(index_path: str):
-    from realm.model.mips import MipsIndex, read_manifest
+    from realm.model.index.mips import MipsIndex, read_manifest
 
     return MipsIndex.load(index_path), int(read_manifest(index_path)["checkpoint_step"])
 
@@ -56,13 +56,13 @@ def realm_pretrain(
     run: RunParams = RunParams(), params: PretrainParams = PretrainParams(), init_retriever: str | None = None
 ) -> dict:
     """Pre-train from `init_retriever` (default: the run's latest ICT checkpoint)."""
-    from realm.model.checkpoint import latest_checkpoint
-    from realm.model.config import ModelConfig
-    from realm.model.device import select_device
-    from realm.model.mips import latest_published
-    from realm.model.refresh import IndexRefreshScheduler
-    from realm.model.stage_settings import PretrainConfig
-    from realm.model.train_pretrain import PretrainTrainer, attach_index
+    from realm.model.networks.checkpoint import latest_checkpoint
+    from realm.model.networks.config import ModelConfig
+    from realm.model.networks.device import select_device
+    from realm.model.index.mips import latest_published
+    from realm.model.index.refresh import IndexRefreshScheduler
+    from realm.model.training.stage_settings import PretrainConfig
+    from realm.model.training.train_pretrain import PretrainTrainer, attach_index
 
     logger = get_run_logger()
     layout = RunLayout.at(run.output)

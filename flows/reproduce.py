@@ -47,7 +47,7 @@ from pydantic import BaseModel, Field, model_validator
 from realm.flows.evaluate import evaluate
 from realm.flows.finetune_openqa import build_bm25_index, finetune_openqa
 from realm.flows.ict_warm_start import ict_warm_start
-from realm.flows.layout import RunLayout
+from realm.schemas.run_layout import RunLayout
 from realm.flows.params import EvaluateParams, PipelineParams, PretrainParams, RunParams, RunPreset
 from realm.flows.prepare import realm_prepare
 from realm.flows.realm_pretrain import realm_pretrain
@@ -127,7 +127,7 @@ def split_questions(params: ReproduceParams, directory: Path) -> tuple[str, list
     A dataset with an evaluation file in `qa_dev` is evaluated on it; one without gives up
     `dev_fraction` of its training questions, chosen by a hash of the question (stable across
     runs and machines), which are then left out of training."""
-    from realm.model.qa_data import hash_chosen, read_qa_file
+    from realm.model.qa.qa_data import hash_chosen, read_qa_file
 
     train = [e for path in params.qa_train for e in read_qa_file(path)]
     dev = [e for path in params.qa_dev for e in read_qa_file(path)]
@@ -197,16 +197,16 @@ class StageTimer:
 def build_retriever_index(output: str, model_preset: str, checkpoint: str, max_block_wordpieces: int, device: str | None) -> str:
     """`<output>/index/<checkpoint step>/`: every block embedded by `checkpoint`'s doc tower
     (built once; an existing publish of that step is reused)."""
-    from realm.model.config import ModelConfig
-    from realm.model.device import select_device
-    from realm.model.mips import MANIFEST_FILE
-    from realm.model.train_pretrain import refresh_index
+    from realm.model.networks.config import ModelConfig
+    from realm.model.networks.device import select_device
+    from realm.model.index.mips import MANIFEST_FILE
+    from realm.model.index.rebuild import rebuild_index
 
     layout = RunLayout.at(output)
     step = int(Path(checkpoint).name)
     if (Path(layout.index) / str(step) / MANIFEST_FILE).is_file():
         return str(Path(layout.index) / str(step))
-    return str(refresh_index(
+    return str(rebuild_index(
         layout.blocks, str(Path(checkpoint) / "doc_embedder"), layout.embeddings, layout.index, step,
         ModelConfig.preset(model_preset), device=select_device(device), max_block_wordpieces=max_block_wordpieces,
     ))
@@ -218,13 +218,13 @@ def zero_shot_recall(
 ) -> dict[str, float]:
     """Recall@5 per dataset of a retriever before fine-tuning: the query tower of `checkpoint`
     over the dense index, or BM25."""
-    from realm.model.answering import retrieval_ranks
-    from realm.model.block_store import BlockStore
-    from realm.model.checkpoint import load_components
-    from realm.model.config import ModelConfig
-    from realm.model.device import select_device
-    from realm.model.qa_data import read_qa_file
-    from realm.model.question_retrieval import load_question_retriever
+    from realm.model.qa.answering import retrieval_ranks
+    from realm.model.index.block_store import BlockStore
+    from realm.model.networks.checkpoint import load_components
+    from realm.model.networks.config import ModelConfig
+    from realm.model.networks.device import select_device
+    from realm.model.qa.qa_data import read_qa_file
+    from realm.model.qa.question_retrieval import load_question_retriever
 
     config, torch_device = ModelConfig.preset(model_preset), select_device(device)
     query_embedder = load_components(checkpoint, torch_device)["query_embedder"] if checkpoint else None
@@ -241,7 +241,7 @@ def zero_shot_recall(
 
 @flow(name="realm-reproduce")
 def realm_reproduce(params: ReproduceParams) -> list[dict]:
-    from realm.model.train_finetune import WARM_START
+    from realm.model.training.train_finetune import WARM_START
 
     logger = get_run_logger()
     root = Path(params.output).expanduser().resolve()

@@ -1,7 +1,12 @@
-"""realm.model: the PyTorch side of REALM.
+"""realm.model: the PyTorch side of REALM, in four rooms, each importing only those before it:
 
-Retriever towers, knowledge-augmented encoder, reader, marginal likelihood, candidate
-assembly, MIPS index, corpus embedding, checkpoints and the index refresh schedule, one
-module each; import them directly (`realm.model.retriever`, ...). This file imports nothing,
-so Beam workers can use `realm.model.tokenization` without loading torch.
+- `networks`  configuration and presets, retriever towers, encoder, reader, inputs, the
+              marginal-likelihood math, checkpoints;
+- `index`     block store, corpus embedding, MIPS, BM25, the refresh schedule;
+- `qa`        question files, gold spans, retrieval for questions, answering, answer metrics;
+- `training`  stage settings, the ICT / pre-training / fine-tuning trainers, loop plumbing.
+
+Two modules sit beside them, shared by all and free of torch: `tokenization` (the Beam
+pipelines use it too) and `publish` (step directories published by rename). Nothing here
+imports anything on import; use the modules directly (`realm.model.networks.reader`, ...).
 """

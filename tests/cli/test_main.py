@@ -27,7 +27,7 @@ def test_every_run_and_model_preset_is_offered_and_the_model_preset_overrides_th
 
     import realm.flows.finetune_openqa
     from realm.flows.params import ModelPreset
-    from realm.model.config import PRESETS
+    from realm.model.networks.config import PRESETS
 
     assert set(get_args(ModelPreset)) == set(PRESETS)
     seen = {}

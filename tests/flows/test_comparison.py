@@ -1,7 +1,7 @@
 import pytest
 
 from realm.flows.comparison import compare_runs, comparison_markdown
-from realm.model.paired_stats import mcnemar_exact_p_value
+from realm.model.qa.paired_stats import mcnemar_exact_p_value
 from realm.schemas import PREDICTIONS, write_table
 
 

@@ -7,8 +7,8 @@ from realm.flows.demo import demo_qa_path
 from realm.flows.evaluate import evaluate
 from realm.flows.finetune_openqa import finetune_openqa
 from realm.flows.params import EvaluateParams
-from realm.model.checkpoint import load_components
-from tests.flows.conftest import tiny_params
+from realm.model.networks.checkpoint import load_components
+from tests.flows.tiny_run import tiny_params
 
 
 def test_bm25_baseline_fine_tunes_the_reader_alone_and_evaluates_with_bm25_evidence(run_root, tmp_path):

@@ -2,7 +2,7 @@ import pytest
 
 from realm.cli.main import _with_overrides
 from realm.flows.params import FinetuneParams, IctParams, PipelineParams, PretrainParams, ReaderWarmupParams
-from realm.model.stage_settings import FinetuneConfig, IctConfig, PretrainConfig, ReaderWarmupConfig
+from realm.model.training.stage_settings import FinetuneConfig, IctConfig, PretrainConfig, ReaderWarmupConfig
 
 # (the flow's parameters, the trainer's settings, what only the flow reads)
 STAGES = [

@@ -4,9 +4,9 @@ import pyarrow.parquet as pq
 
 from realm.cli.main import main
 from realm.flows.realm_pipeline import realm_pipeline
-from realm.model.checkpoint import load_components
+from realm.model.networks.checkpoint import load_components
 from realm.schemas import PREDICTIONS, read_table
-from tests.flows.conftest import tiny_params
+from tests.flows.tiny_run import tiny_params
 
 
 def test_whole_chain_end_to_end_then_a_rerun_is_all_cache_hits(run_root, capsys):

@@ -5,9 +5,9 @@ import pytest
 
 from realm.flows.ict_warm_start import ict_warm_start
 from realm.flows.realm_pretrain import realm_pretrain
-from realm.model.mips import MipsIndex, latest_published
-from realm.model.train_pretrain import PretrainTrainer
-from tests.flows.conftest import tiny_params
+from realm.model.index.mips import MipsIndex, latest_published
+from realm.model.training.train_pretrain import PretrainTrainer
+from tests.flows.tiny_run import tiny_params
 
 
 class InjectedCrash(RuntimeError):

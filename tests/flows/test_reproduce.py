@@ -6,7 +6,7 @@ from pydantic import ValidationError
 
 from realm.flows.reproduce import SYSTEMS, ReproduceParams, realm_reproduce, split_questions
 from realm.schemas import REPRODUCTION_RESULTS, read_table
-from tests.flows.conftest import tiny_params
+from tests.flows.tiny_run import tiny_params
 
 # Facts of the first vital articles the prepared fixture holds, in the shared data's format.
 TRAIN = [

@@ -7,8 +7,8 @@ import pytest
 
 from realm.pipelines import prepare
 from realm.schemas import ARTIFACTS, read_table
-from tests.pipelines.test_read_ccnews import BRIDGE_HTML, BRIDGE_URL, CAFE_HTML, CAFE_URL, no_network, warc_records  # noqa: F401
-from tests.pipelines.test_read_wikipedia_xml import ARTICLES, dump_bytes, page
+from tests.pipelines.news_fixture import BRIDGE_HTML, BRIDGE_URL, CAFE_HTML, CAFE_URL, warc_records
+from tests.pipelines.wikipedia_fixture import ARTICLES, dump_bytes, page
 
 WRITTEN = ["documents", "blocks", "pretrain_examples", "ict_examples", "dead_letter"]
 IN_PROCESS = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]

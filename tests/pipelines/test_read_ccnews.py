@@ -1,14 +1,10 @@
-import io
 import json
-import socket
 
 import apache_beam as beam
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
-from warcio.statusandheaders import StatusAndHeaders
-from warcio.warcwriter import WARCWriter
 
 from realm.pipelines.read_ccnews import (
     ReadCcNewsJsonl,
@@ -17,58 +13,22 @@ from realm.pipelines.read_ccnews import (
     decode_html,
     url_doc_id,
 )
-
-BRIDGE_PARAGRAPHS = [
-    "The city council voted on Tuesday to approve the new bridge over the river, ending a debate "
-    "that had divided the town for nearly a decade and filled many public meetings.",
-    "Construction is expected to begin next spring and to last three years, according to the "
-    "mayor's office, which said the bridge would carry both cars and a protected bicycle lane.",
-]
-BRIDGE_HTML = f"""<html><head><title>Council approves river bridge</title>
-<meta property="article:published_time" content="2019-03-04T10:00:00Z"></head>
-<body><nav><a href="/">Home</a> | <a href="/about">About</a></nav>
-<article><h1>Council approves river bridge</h1><p>{BRIDGE_PARAGRAPHS[0]}</p><p>{BRIDGE_PARAGRAPHS[1]}</p></article>
-<footer>Copyright 2019 Example News</footer></body></html>"""
-CAFE_PARAGRAPH = (
-    "The caf\xe9 on the main square reopened this week after a long renovation, and its owners "
-    "said that the old recipes had been kept exactly as their grandparents wrote them down, "
-    "from the soup of the day to the famous apple cake served every Sunday afternoon."
+from tests.pipelines.news_fixture import (
+    BRIDGE_HTML,
+    BRIDGE_PARAGRAPHS,
+    BRIDGE_URL,
+    CAFE_HTML,
+    CAFE_PARAGRAPH,
+    CAFE_URL,
+    EMPTY_HTML,
+    warc_records,
 )
-CAFE_HTML = f"""<html><head><meta charset="windows-1252"><title>Caf\xe9 reopens</title></head>
-<body><article><h1>Caf\xe9 reopens</h1><p>{CAFE_PARAGRAPH}</p></article></body></html>"""
-# A script-rendered page: the crawler saw an empty shell.
-EMPTY_HTML = "<html><head><title>App</title></head><body><div id='app'></div><script>render()</script></body></html>"
-
-
-def response(writer, url, body: bytes, content_type="text/html; charset=utf-8", status="200 OK"):
-    headers = StatusAndHeaders(status, [("Content-Type", content_type)], protocol="HTTP/1.1")
-    crawl_date = {"WARC-Date": "2019-03-05T08:00:00Z"}
-    return writer.create_warc_record(
-        url, "response", payload=io.BytesIO(body), http_headers=headers, warc_headers_dict=crawl_date
-    )
-
-
-def warc_records(gzip: bool, pages) -> list[bytes]:
-    """Each record serialised on its own, so a test knows every record's offset."""
-    serialised = []
-    for kind, url, *rest in pages:
-        buffer = io.BytesIO()
-        writer = WARCWriter(buffer, gzip=gzip)
-        if kind == "request":
-            record = writer.create_warc_record(url, "request", payload=io.BytesIO(b"GET / HTTP/1.1\r\n\r\n"))
-        else:
-            record = response(writer, url, *rest)
-        writer.write_record(record)
-        serialised.append(buffer.getvalue())
-    return serialised
 
 
 def document(source, url, title, text, date):
     return {"doc_id": url_doc_id(source, url), "source": source, "title": title, "text": text, "url": url, "date": date}
 
 
-BRIDGE_URL = "https://news.example.com/2019/03/bridge"
-CAFE_URL = "https://news.example.com/2019/03/cafe"
 BRIDGE = document("warc", BRIDGE_URL, "Council approves river bridge", "\n".join(BRIDGE_PARAGRAPHS), "2019-03-04")
 CAFE = document("warc", CAFE_URL, "Caf\xe9 reopens", CAFE_PARAGRAPH, "2019-03-05T08:00:00Z")
 
@@ -127,15 +87,6 @@ def test_ccnews_jsonl_lines_become_documents_or_dead_letters(tmp_path):
             equal_to([("read", "read_missing_field", f"{path}:2"), ("read", "read_malformed_json", f"{path}:3")]),
             label="DeadLetters",
         )
-
-
-@pytest.fixture
-def no_network(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("a reader tried to open a network connection")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 def test_warc_html_responses_become_documents_and_bad_or_damaged_records_dead_letters(tmp_path, no_network):

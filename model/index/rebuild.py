@@ -1,0 +1,96 @@
+"""Rebuilding the MIPS index from a doc-tower snapshot (REALM §3.4's asynchronous refresh):
+re-embed every block, build the index, publish it atomically. Pre-training's refresh task and
+the reproduction's shared base index call `rebuild_index`; blocks are cut to the trainer's
+length first (`fit_block_batch`), so the index embeds the blocks the trainer re-embeds.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from realm.model.index.block_store import iter_block_batches
+from realm.model.index.embed_corpus import embed_blocks, load_embeddings
+from realm.model.index.mips import IndexConfig, MipsIndex
+from realm.model.networks.config import ModelConfig
+from realm.model.networks.device import select_device
+from realm.model.networks.retriever import Embedder
+from realm.model.tokenization import BLOCK_SPECIAL_TOKENS, MAX_BLOCK_WORDPIECES
+
+log = logging.getLogger(__name__)
+
+
+def _cut_lists(column: pa.Array, budgets: np.ndarray) -> pa.Array:
+    """Row i of a list<int32> column cut to its first budgets[i] values, without a Python
+    object per row (the layout is values + offsets)."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offsets = column.offsets.to_numpy()
+    lengths = np.diff(offsets)
+    kept = np.minimum(lengths, np.maximum(budgets, 0))  # [rows]
+    position = np.arange(offsets[-1] - offsets[0]) - np.repeat(offsets[:-1] - offsets[0], lengths)  # within its row
+    values = column.values.to_numpy()[offsets[0] : offsets[-1]][position < np.repeat(kept, lengths)]
+    new_offsets = np.concatenate([[0], np.cumsum(kept)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(new_offsets), pa.array(values, pa.int32()))
+
+
+def fit_block_batch(batch: pa.RecordBatch, max_block_wordpieces: int) -> pa.RecordBatch:
+    """Blocks cut so `[CLS] title [SEP] body [SEP]` <= max_block_wordpieces, as `join` cuts a
+    pair: the title keeps up to max − 3 wordpieces, the body what is left."""
+    if max_block_wordpieces >= MAX_BLOCK_WORDPIECES:
+        return batch  # blocks/ already holds <= 288 (the schema's invariant)
+    budget = max_block_wordpieces - BLOCK_SPECIAL_TOKENS
+    titles = _cut_lists(batch["title_token_ids"], np.full(batch.num_rows, budget))
+    bodies = _cut_lists(batch["body_token_ids"], budget - np.diff(titles.offsets.to_numpy()))
+    columns = {name: batch[name] for name in batch.schema.names}
+    columns.update(title_token_ids=titles, body_token_ids=bodies)
+    return pa.RecordBatch.from_arrays(list(columns.values()), schema=batch.schema)
+
+
+def fitted_block_batches(blocks_path: str, max_block_wordpieces: int):
+    """The blocks of `blocks_path`, batch by batch, cut to `max_block_wordpieces` (`fit_block_batch`)."""
+    return (fit_block_batch(batch, max_block_wordpieces) for batch in iter_block_batches(blocks_path))
+
+
+def rebuild_index(
+    blocks_path: str,
+    doc_embedder_dir: str,
+    embeddings_root: str,
+    index_root: str,
+    snapshot_step: int,
+    model_config: ModelConfig,
+    device: torch.device | None = None,
+    max_block_wordpieces: int = MAX_BLOCK_WORDPIECES,
+    keep: int | None = 3,
+) -> str:
+    """Re-embed every block with the doc tower saved in `doc_embedder_dir` into
+    `<embeddings_root>/<snapshot_step>/`, build the MIPS index (`IndexConfig.for_corpus`) and
+    publish it atomically as `<index_root>/<snapshot_step>/`; returns that path.
+
+    Loads its own copy of the tower and touches nothing of the trainer's, so it may run in a
+    background thread while `train_step` runs in the main one. `max_block_wordpieces` must be
+    the trainer's, so the index embeds the blocks the trainer re-embeds.
+    """
+    device = device or select_device()
+    doc_embedder = Embedder.from_pretrained(doc_embedder_dir).to(device)
+    embeddings_dir = str(Path(embeddings_root) / str(snapshot_step))
+    stats = embed_blocks(
+        doc_embedder,
+        model_config.tokenizer(),
+        fitted_block_batches(blocks_path, max_block_wordpieces),
+        embeddings_dir,
+        snapshot_step,
+        device=device,
+        cpu_bf16_autocast=model_config.cpu_bf16_autocast,
+    )
+    block_ids, vectors = load_embeddings(embeddings_dir)
+    index = MipsIndex.build(vectors, block_ids, IndexConfig.for_corpus(len(block_ids)))
+    published = index.save(index_root, snapshot_step, keep)
+    log.info(
+        "index of step %d: %d blocks embedded in %.0f s, published %s",
+        snapshot_step, stats.num_blocks, stats.seconds, published,
+    )
+    return str(published)

@@ -1,0 +1,58 @@
+"""When to refresh the MIPS index, and how stale the one in use is (REALM §3.4, Atlas's
+`IndexRefreshScheduler`): the training loop asks this object instead of testing `step % n`.
+
+A refresh snapshots the doc tower at some step, re-embeds the corpus and builds an index
+while training goes on; the loop swaps the new index in later. Staleness of a swap is the
+number of steps between its snapshot and the swap. At most one refresh is in flight.
+`refresh_every_steps = None` never refreshes: a frozen doc tower keeps its index current.
+Running the refresh asynchronously is the flows layer's job; this object only keeps count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class IndexRefreshScheduler:
+    refresh_every_steps: int | None
+    index_snapshot_step: int | None = None  # snapshot step of the index in use (None: none yet)
+    in_flight_snapshot_step: int | None = None
+    last_start_step: int | None = None
+    staleness_at_swap: list[int] = field(default_factory=list)  # one entry per swap
+
+    def __post_init__(self) -> None:
+        if self.refresh_every_steps is not None and self.refresh_every_steps < 1:
+            raise ValueError(f"refresh_every_steps must be >= 1, got {self.refresh_every_steps}")
+
+    def is_time_to_refresh(self, step: int) -> bool:
+        """True when no refresh is running and `refresh_every_steps` have passed since the last
+        one started (or none ever did); never without `refresh_every_steps`."""
+        if self.refresh_every_steps is None or self.in_flight_snapshot_step is not None:
+            return False
+        return self.last_start_step is None or step - self.last_start_step >= self.refresh_every_steps
+
+    def refresh_started(self, snapshot_step: int) -> None:
+        """The doc tower was snapshotted at `snapshot_step` and a refresh began."""
+        if self.in_flight_snapshot_step is not None:
+            raise RuntimeError(f"a refresh from step {self.in_flight_snapshot_step} is still in flight")
+        self.in_flight_snapshot_step = snapshot_step
+        self.last_start_step = snapshot_step
+
+    def refresh_swapped(self, step: int) -> int:
+        """The in-flight refresh's index went into use at `step`; returns its staleness."""
+        if self.in_flight_snapshot_step is None:
+            raise RuntimeError("no refresh in flight to swap in")
+        staleness = step - self.in_flight_snapshot_step
+        self.index_snapshot_step = self.in_flight_snapshot_step
+        self.in_flight_snapshot_step = None
+        self.staleness_at_swap.append(staleness)
+        return staleness
+
+    def refresh_failed(self) -> None:
+        """The in-flight refresh died; the next `is_time_to_refresh` may start another."""
+        self.in_flight_snapshot_step = None
+
+    def index_age(self, step: int) -> int | None:
+        """Steps since the snapshot of the index in use was taken (None before the first swap)."""
+        return None if self.index_snapshot_step is None else step - self.index_snapshot_step

@@ -1,0 +1,137 @@
+"""Training checkpoints `checkpoints/<step>/`: one `save_pretrained` directory per component,
+plus optimizer, scheduler, step and RNG state for exact resume, published by rename.
+
+Resume order matters: `load_components` builds the models from the checkpoint, the caller
+builds its optimizer/scheduler over them exactly as before, then `restore_training_state`
+loads their state and the RNG streams (python, numpy, torch, CUDA), so the next step draws
+the same dropout masks and batches an uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel
+
+from realm.model.networks.encoder import KnowledgeAugmentedEncoder
+from realm.model.publish import latest_step_dir, publish, staging_dir
+from realm.model.networks.reader import Reader
+from realm.model.networks.retriever import Embedder
+
+TRAINING_STATE_FILE = "training_state.pt"
+# Under a checkpoint root, where a validated run publishes its best checkpoint.
+BEST_DIR = "best"
+
+COMPONENT_CLASSES: dict[str, type[PreTrainedModel]] = {
+    "query_embedder": Embedder,
+    "doc_embedder": Embedder,
+    "encoder": KnowledgeAugmentedEncoder,
+    "reader": Reader,
+}
+
+
+@dataclass
+class TrainingState:
+    step: int
+    extra: dict = field(default_factory=dict)  # the caller's own resumable state (data position, ...)
+
+
+def save_checkpoint(
+    root: str | os.PathLike,
+    step: int,
+    components: Mapping[str, PreTrainedModel],
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    extra: dict | None = None,
+    keep: int | None = 3,
+) -> Path:
+    """Publish `<root>/<step>/` atomically; `components` maps names in COMPONENT_CLASSES to models."""
+    unknown = set(components) - set(COMPONENT_CLASSES)
+    if unknown:
+        raise ValueError(f"unknown components {sorted(unknown)}; expected some of {list(COMPONENT_CLASSES)}")
+    staging = staging_dir(root, step)
+    for name, model in components.items():
+        model.save_pretrained(staging / name)
+    state = {
+        "step": step,
+        "components": list(components),  # load order = save order, so optimizer param order matches
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "rng": _capture_rng(),
+        "extra": extra or {},
+    }
+    torch.save(state, staging / TRAINING_STATE_FILE)  # last: it marks the checkpoint complete
+    return publish(staging, root, step, keep)
+
+
+def latest_checkpoint(root: str | os.PathLike) -> Path | None:
+    """The newest complete `<root>/<step>/`, or None; staging dirs never count."""
+    return latest_step_dir(root, TRAINING_STATE_FILE)
+
+
+def best_checkpoint(root: str | os.PathLike) -> Path | None:
+    """The checkpoint a validated run publishes: its best one (`<root>/best/<step>/`), else its newest."""
+    return latest_checkpoint(Path(root) / BEST_DIR) or latest_checkpoint(root)
+
+
+def load_components(path: str | os.PathLike, device: torch.device | None = None) -> dict[str, PreTrainedModel]:
+    """Every component saved in checkpoint `path`, by name."""
+    path = Path(path)
+    names = torch.load(path / TRAINING_STATE_FILE, weights_only=True)["components"]
+    components = {name: COMPONENT_CLASSES[name].from_pretrained(path / name) for name in names}
+    return {name: model.to(device) for name, model in components.items()} if device else components
+
+
+def checkpoint_extra(path: str | os.PathLike) -> dict:
+    """The caller's `extra` state saved with checkpoint `path` (no models or optimizer loaded)."""
+    return torch.load(Path(path) / TRAINING_STATE_FILE, weights_only=True)["extra"]
+
+
+def restore_training_state(
+    path: str | os.PathLike,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+) -> TrainingState:
+    """Load optimizer/scheduler state and the RNG streams saved with checkpoint `path`."""
+    state = torch.load(Path(path) / TRAINING_STATE_FILE, weights_only=True)
+    for name, target in (("optimizer", optimizer), ("scheduler", scheduler)):
+        if target is not None:
+            if state[name] is None:
+                raise ValueError(f"{path}: checkpoint holds no {name} state")
+            try:
+                target.load_state_dict(state[name])
+            except ValueError as error:  # e.g. parameter groups of another size
+                raise ValueError(
+                    f"{path}: its {name} state does not fit this run's model ({error}); was it saved by another "
+                    "model preset or an older realm? Resume with the settings it was saved with, or start a new run root"
+                ) from error
+    _restore_rng(state["rng"])
+    return TrainingState(step=state["step"], extra=state["extra"])
+
+
+def _capture_rng() -> dict:
+    # Stored as tensors and plain values so the file loads with weights_only=True.
+    version, mt_state, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    return {
+        "python": [version, list(mt_state), gauss],
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached_gaussian],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def _restore_rng(rng: dict) -> None:
+    version, mt_state, gauss = rng["python"]
+    random.setstate((version, tuple(mt_state), gauss))
+    kind, keys, pos, has_gauss, cached_gaussian = rng["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached_gaussian))
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])

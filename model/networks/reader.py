@@ -1,0 +1,198 @@
+"""The Open-QA reader: BERT over `join(q, z_body)`, span score MLP([h_start; h_end]) (REALM §3.2, ORQA).
+
+Candidate spans are every span of at most 10 wordpieces inside the block body; the
+question and the special tokens are never an answer. As ORQA's reader (the code REALM's
+fine-tuning ran) does it, every span's logit is its span score plus its block's retrieval
+logit f(x,z), and one softmax runs over all spans of all read blocks together
+(`joint_span_logits`): the loss marginalises over every gold span in any block, so blocks
+without the answer are negatives that get a gradient (`joint_reader_loss`), and the
+prediction is the argmax of the same logits (`best_span`). Scoring each block's spans with
+their own softmax instead lets the block whose span distribution is most peaked win,
+whatever its relevance. The answer is the block's original text between the span's
+character offsets (`span_text`), not detokenized wordpieces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import BertConfig, BertModel, BertPreTrainedModel
+
+from realm.model.networks.config import ModelConfig, build_component
+from realm.model.networks.inputs import BertInputs, joint_sequence, pad_batch
+from realm.model.networks.marginal import as_float32_or_wider, mask_log_scores, masked_logsumexp
+from realm.model.tokenization import WordPieceTokenizer
+
+
+@dataclass(frozen=True)
+class SpanTable:
+    """Every candidate span of a batch of joint sequences, flattened per sequence.
+
+    Span index = offset · max_span + (width − 1), offset being the start's position within
+    the body, so body-relative (start, end) and span index convert without a search.
+    """
+
+    starts: torch.Tensor  # [n, spans] absolute position of the first wordpiece in the joint input
+    ends: torch.Tensor  # [n, spans] absolute position of the last wordpiece (inclusive)
+    valid: torch.Tensor  # [n, spans] False where the span runs past the body's end
+    max_span: int
+
+    def to(self, device: torch.device) -> SpanTable:
+        """On the device of the reader's hidden states, which `Reader.span_logits` gathers from."""
+        return SpanTable(self.starts.to(device), self.ends.to(device), self.valid.to(device), self.max_span)
+
+    def index(self, start: int, end: int) -> int:
+        """Span index of the body-relative span (start, end)."""
+        return start * self.max_span + (end - start)
+
+    def body_span(self, span_index: int) -> tuple[int, int]:
+        """Body-relative (start, end) of a span index."""
+        start, extra = divmod(int(span_index), self.max_span)
+        return start, start + extra
+
+    def gold_mask(self, gold_spans: Sequence[Sequence[tuple[int, int]]]) -> torch.Tensor:
+        """[n, spans] True at each sequence's gold spans (from `realm.model.qa.gold_spans`); spans too
+        wide, or past the part of the body the joint input kept, are dropped."""
+        mask = torch.zeros_like(self.valid)
+        for row, spans in enumerate(gold_spans):
+            for start, end in spans:
+                if end - start < self.max_span and self.index(start, end) < mask.shape[1]:
+                    mask[row, self.index(start, end)] = True
+        return mask & self.valid
+
+
+def enumerate_spans(body_starts: torch.Tensor, body_lengths: torch.Tensor, max_span: int) -> SpanTable:
+    """All spans of 1..max_span wordpieces inside each body.
+
+    body_starts: [n] position of the body's first wordpiece in the joint input (len(q) + 2).
+    body_lengths: [n] wordpieces in the body (0 for the null document: no spans).
+    """
+    offsets = torch.arange(int(body_lengths.max().clamp(min=1)), device=body_starts.device)
+    widths = torch.arange(max_span, device=body_starts.device)
+    offsets, widths = (t.flatten() for t in torch.meshgrid(offsets, widths, indexing="ij"))  # [spans]
+    starts = body_starts[:, None] + offsets[None, :]  # [n, spans]
+    valid = (offsets + widths)[None, :] < body_lengths[:, None]  # [n, spans]
+    return SpanTable(starts=starts, ends=starts + widths[None, :], valid=valid, max_span=max_span)
+
+
+def reader_inputs(
+    tokenizer: WordPieceTokenizer,
+    question_and_body_ids: Sequence[tuple[Sequence[int], Sequence[int]]],
+    max_span: int = 10,
+) -> tuple[BertInputs, SpanTable]:
+    """Padded `[CLS] q [SEP] z_body [SEP]` inputs and their candidate spans, one row per
+    (question, block) pair; spans follow the body as `join` actually kept it."""
+    sequences = [joint_sequence(tokenizer, q, body) for q, body in question_and_body_ids]
+    body_lengths = torch.tensor([sum(types) - 1 for _, types in sequences])  # type-1 tokens: body + [SEP]
+    body_starts = torch.tensor([len(ids) for ids, _ in sequences]) - body_lengths - 1
+    return pad_batch(sequences, tokenizer.pad_id), enumerate_spans(body_starts, body_lengths, max_span)
+
+
+class Reader(BertPreTrainedModel):
+    """BERT + span scorer MLP([h_start; h_end]) with `span_hidden_size` (256) hidden units.
+
+    The MLP's first layer on the concatenation equals W_s h_start + W_e h_end, so it is applied
+    once per position (one projection split in two halves) and summed per span, as ORQA does,
+    instead of once per span; then ReLU, LayerNorm and a linear map to the score.
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.span_projection = nn.Linear(config.hidden_size, 2 * config.span_hidden_size)
+        self.span_norm = nn.LayerNorm(config.span_hidden_size, eps=config.layer_norm_eps)
+        self.span_output = nn.Linear(config.span_hidden_size, 1)
+        self.post_init()
+
+    def span_head(self) -> list[nn.Module]:
+        """The span MLP, which no warm start holds (fine-tuning gives it its own learning rate)."""
+        return [self.span_projection, self.span_norm, self.span_output]
+
+    def span_logits(self, joint: BertInputs, spans: SpanTable) -> torch.Tensor:
+        """[n, spans] float32 span scores; LOG_ZERO at invalid spans."""
+        hidden = self.bert(**joint.as_kwargs()).last_hidden_state  # [n, length, hidden]
+        # The head runs in float32 even under bf16 autocast: one softmax ranks thousands of
+        # spans against each other, and bf16's 8-bit mantissa ties scores ~0.4% apart.
+        with torch.autocast(hidden.device.type, enabled=False):
+            start_part, end_part = self.span_projection(hidden.float()).chunk(2, dim=-1)  # [n, length, span_hidden] x2
+            span_hidden = _gather_positions(start_part, spans.starts) + _gather_positions(end_part, spans.ends)
+            span_hidden = self.span_norm(torch.relu(span_hidden))  # [n, spans, span_hidden]
+            logits = self.span_output(span_hidden).squeeze(-1)  # [n, spans]
+        return mask_log_scores(logits, spans.valid)
+
+
+def _gather_positions(states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """states [n, length, d], positions [n, spans] -> [n, spans, d]."""
+    index = positions.clamp(max=states.shape[1] - 1)  # invalid spans may point past the end
+    return states.gather(1, index[:, :, None].expand(-1, -1, states.shape[-1]))
+
+
+def joint_span_logits(
+    span_logits: torch.Tensor, retrieval_logits: torch.Tensor, candidate_mask: torch.Tensor
+) -> torch.Tensor:
+    """ORQA's reader logits: span score + the block's retrieval logit, every span of every read
+    block in one row, [batch, read · spans] float32; LOG_ZERO at invalid spans and at
+    candidates outside `candidate_mask`.
+
+    span_logits: [batch, read, spans]; retrieval_logits, candidate_mask: [batch, read].
+    Up to a per-question constant, log_softmax of the result is log p(z|x) + log of the
+    block's unnormalised span score, normalised over all spans of all read blocks together.
+    """
+    logits = as_float32_or_wider(span_logits) + mask_log_scores(retrieval_logits, candidate_mask)[:, :, None]
+    return logits.flatten(1)  # masked entries are ≤ LOG_ZERO + a logit: exp() of them is exactly 0
+
+
+def joint_reader_loss(joint_logits: torch.Tensor, gold_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(−log Σ_{gold spans} softmax(joint_logits), answerable), both [batch]; the loss is 0
+    (still connected to the graph) where no read span is gold.
+
+    joint_logits, gold_mask: [batch, read · spans] (`joint_span_logits`; the gold mask in the
+    same block-major order, `SpanTable.gold_mask` rows of a question's blocks concatenated).
+    """
+    answerable = gold_mask.any(dim=-1)  # [batch]
+    log_z = torch.logsumexp(joint_logits, dim=-1)  # [batch]
+    log_gold = masked_logsumexp(joint_logits, gold_mask, dim=-1)  # [batch]
+    return torch.where(answerable, log_z - log_gold, torch.zeros_like(log_z)), answerable
+
+
+@dataclass(frozen=True)
+class BestSpan:
+    candidate: int  # which of the read blocks
+    start: int  # body-relative, inclusive
+    end: int
+    log_prob: float  # log of its share of the joint softmax over every span of the read blocks
+
+
+def best_span(joint_logits: torch.Tensor, spans: SpanTable) -> BestSpan:
+    """The argmax span of one question's `joint_span_logits` row, [read · spans]."""
+    log_probs = torch.log_softmax(joint_logits, dim=-1)
+    flat = int(log_probs.argmax())
+    candidate, span_index = divmod(flat, spans.valid.shape[1])
+    start, end = spans.body_span(span_index)
+    return BestSpan(candidate, start, end, float(log_probs[flat]))
+
+
+def body_offsets(tokenizer: WordPieceTokenizer, body_ids: Sequence[int], body_text: str) -> list[tuple[int, int]] | None:
+    """Character span in `body_text` (the block's `text`) of each body wordpiece, or None if
+    the text does not re-tokenize to the body. The chunker's body wordpieces are the text's
+    own (BERT's pre-tokenizer never joins across the whitespace a block starts and ends at),
+    so None means a block from elsewhere."""
+    encoding = tokenizer.encode_with_offsets(body_text)
+    return encoding.offsets if encoding.ids == list(body_ids) else None
+
+
+def span_text(tokenizer: WordPieceTokenizer, body_ids: Sequence[int], body_text: str, start: int, end: int) -> str:
+    """The answer: `body_text` between the character offsets of the body-relative wordpiece
+    span, so "Jay-Z", "1,000,000" and accents come back as written; the decoded wordpieces
+    (lowercase, spaced punctuation) for a text that is not the body's (`body_offsets`)."""
+    offsets = body_offsets(tokenizer, body_ids, body_text)
+    if offsets is None:
+        return tokenizer.decode(list(body_ids[start : end + 1]))
+    return body_text[offsets[start][0] : offsets[end][1]]
+
+
+def build_reader(config: ModelConfig) -> Reader:
+    return build_component(Reader, config)

@@ -1,0 +1,206 @@
+"""Open-QA inference: retrieve the top blocks, read the best of them, answer with the span
+that wins ORQA's joint softmax over every span of every read block, each span's score plus
+its block's retrieval logit (REALM §3.2, `realm.model.networks.reader`).
+
+`Answerer.answer` serves the evaluate flow and `realm ask`. A question (64 wordpieces) goes
+to a `QuestionRetriever`, the query tower over the fixed MIPS index (exact scores
+f(x,z) = Embed_input(x)ᵀ Embed_doc(z) against the stored doc vectors, the scores fine-tuning
+trained the query tower on) or BM25, which returns its top `num_retrieve` blocks. p(z|x) is a
+softmax over the retrieved blocks' logits; all of them come back as evidence (recall@k is
+measured over them, `answer_rank`), and the reader reads the top `num_read`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from realm.model.qa.answer_metrics import answer_in_text
+from realm.model.index.block_store import BlockStore
+from realm.model.networks.checkpoint import load_components
+from realm.model.networks.config import ModelConfig
+from realm.model.networks.device import autocast, select_device
+from realm.model.qa.question_retrieval import QuestionRetriever, load_question_retriever
+from realm.model.qa.trained_run import TrainedRun
+from realm.model.networks.reader import Reader, best_span, joint_span_logits, reader_inputs, span_text
+from realm.model.tokenization import MAX_QUESTION_WORDPIECES, WordPieceTokenizer
+
+
+@dataclass
+class Evidence:
+    block_id: int
+    title: str
+    text: str
+    probability: float  # p(z|x) over the retrieved blocks
+
+
+@dataclass
+class Prediction:
+    question: str
+    answer: str  # the block's text at the answer span, as written
+    score: float  # log of the answer span's share of the joint softmax over the read blocks' spans
+    probability: float  # exp(score)
+    evidence: list[Evidence]  # every retrieved block, best first
+    block_id: int | None  # the block the answer was read from
+
+    @property
+    def retrieved_block_ids(self) -> list[int]:
+        return [e.block_id for e in self.evidence]
+
+
+def answer_rank(evidence: Sequence[Evidence], answers: Sequence[str], answer_type: str = "text") -> int | None:
+    """0-based rank of the first retrieved block whose text holds an answer (None: none does).
+    Recall@k of a question set is the fraction of questions ranked below k."""
+    return next((rank for rank, e in enumerate(evidence) if answer_in_text(e.text, answers, answer_type)), None)
+
+
+def question_wordpieces(
+    tokenizer: WordPieceTokenizer, questions: Sequence[str], max_wordpieces: int = MAX_QUESTION_WORDPIECES
+) -> list[list[int]]:
+    """Each question's wordpieces, cut so that `[CLS] x [SEP]` fits `max_wordpieces`; the
+    reader reads the same cut question."""
+    return [ids[: max_wordpieces - 2] for ids in tokenizer.encode_batch(list(questions))]
+
+
+class Answerer:
+    """Retriever + reader; see the module docstring."""
+
+    def __init__(
+        self,
+        retriever: QuestionRetriever,
+        reader: Reader,
+        blocks: BlockStore,
+        tokenizer: WordPieceTokenizer,
+        model_config: ModelConfig,
+        device: torch.device | None = None,
+    ):
+        """`blocks` must hold title and text (`BlockStore.from_parquet(path, with_text=True)`).
+        The reader runs on `device` (default: the retriever's)."""
+        self.device = device or retriever.device
+        self.retriever = retriever
+        for module in retriever.trainable_modules():
+            module.eval()
+        self.reader = reader.to(self.device).eval()
+        self.blocks = blocks
+        self.tokenizer = tokenizer
+        self.model_config = model_config
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        checkpoint_dir: str,
+        index_path: str,
+        blocks_path: str,
+        model_config: ModelConfig,
+        device: torch.device | None = None,
+    ) -> Answerer:
+        """From a fine-tuning checkpoint `checkpoints/<step>/` (a reader, and the query tower
+        when `index_path` is a dense index), a published index directory (`index/<step>/`, or
+        a BM25 index) and the `blocks/` artifact."""
+        device = device or select_device()
+        components = load_components(checkpoint_dir, device)
+        if "reader" not in components:
+            raise ValueError(f"{checkpoint_dir}: no reader; not a fine-tuning checkpoint")
+        try:
+            retriever = load_question_retriever(index_path, components.get("query_embedder"), model_config, device)
+        except ValueError as error:  # a dense index and a checkpoint without a query tower
+            raise ValueError(f"{checkpoint_dir}: {error}") from None
+        return cls(
+            retriever,
+            components["reader"],
+            BlockStore.from_parquet(blocks_path, with_text=True),
+            model_config.tokenizer(),
+            model_config,
+            device,
+        )
+
+    @classmethod
+    def from_run(cls, root: str | Path, device: torch.device | None = None) -> Answerer:
+        """The Answerer of a trained run root (`realm.model.qa.trained_run`)."""
+        run = TrainedRun.at(root)
+        return cls.from_checkpoint(
+            str(run.checkpoint), str(run.index), run.blocks, ModelConfig.preset(run.model_preset), device
+        )
+
+    @torch.inference_mode()
+    def answer(
+        self, questions: Sequence[str], num_read: int = 5, num_retrieve: int = 20, batch_size: int = 16
+    ) -> list[Prediction]:
+        """One prediction per question, in order. `batch_size` questions share a query-tower
+        forward and a reader forward over their batch_size · num_read blocks."""
+        if not 1 <= num_read <= num_retrieve:
+            raise ValueError(f"need 1 <= num_read <= num_retrieve, got {num_read} and {num_retrieve}")
+        predictions = []
+        for start in range(0, len(questions), batch_size):
+            predictions += self._answer_batch(questions[start : start + batch_size], num_read, num_retrieve)
+        return predictions
+
+    def _answer_batch(self, questions: Sequence[str], num_read: int, num_retrieve: int) -> list[Prediction]:
+        question_ids = question_wordpieces(self.tokenizer, questions)
+        hits = self.retriever.retrieve(questions, question_ids, num_retrieve)
+        block_ids = hits.block_ids  # [batch, retrieve]
+        retrieved = torch.from_numpy(hits.found)  # [batch, retrieve]; False past the corpus's end
+        log_p_z = torch.log_softmax(hits.logits.float().cpu(), dim=-1)  # [batch, retrieve]
+
+        # Read slots past the corpus's end get an empty body: no spans, and no share of the joint softmax.
+        bodies = [
+            [self.blocks.body_ids(int(block_id)) if ok else [] for block_id, ok in zip(row_ids, row_ok)]
+            for row_ids, row_ok in zip(block_ids[:, :num_read], retrieved[:, :num_read].tolist())
+        ]
+        joint, spans = reader_inputs(
+            self.tokenizer,
+            [(q, body) for q, row in zip(question_ids, bodies) for body in row],
+            self.model_config.max_span_wordpieces,
+        )
+        with autocast(self.device, self.model_config.cpu_bf16_autocast):
+            span_logits = self.reader.span_logits(joint.to(self.device), spans.to(self.device))  # [batch * read, spans]
+        joint_logits = joint_span_logits(
+            span_logits.cpu().view(len(questions), num_read, -1), hits.logits.float().cpu()[:, :num_read],
+            retrieved[:, :num_read],
+        )  # [batch, read * spans]
+
+        predictions = []
+        for row, question in enumerate(questions):
+            best = best_span(joint_logits[row], spans)
+            evidence = [
+                Evidence(
+                    int(block_id), self.blocks.title(int(block_id)), self.blocks.text(int(block_id)), float(log_p.exp())
+                )
+                for block_id, log_p, ok in zip(block_ids[row], log_p_z[row], retrieved[row])
+                if ok
+            ]
+            if not retrieved[row, best.candidate]:  # nothing retrieved at all (an empty corpus)
+                predictions.append(Prediction(question, "", float("-inf"), 0.0, evidence, None))
+                continue
+            block_id = int(block_ids[row, best.candidate])
+            answer = span_text(self.tokenizer, bodies[row][best.candidate], self.blocks.text(block_id), best.start, best.end)
+            predictions.append(Prediction(question, answer, best.log_prob, float(np.exp(best.log_prob)), evidence, block_id))
+        return predictions
+
+
+@torch.inference_mode()
+def retrieval_ranks(
+    retriever: QuestionRetriever,
+    blocks: BlockStore,
+    tokenizer: WordPieceTokenizer,
+    examples: Sequence,
+    k: int,
+    batch_size: int = 64,
+) -> list[int | None]:
+    """`answer_rank` of each `examples` item (a QAExample) among its top-k retrieved blocks,
+    with no reader: what a retriever finds before fine-tuning (zero-shot recall@k)."""
+    for module in retriever.trainable_modules():
+        module.eval()
+    ranks: list[int | None] = []
+    for start in range(0, len(examples), batch_size):
+        batch = examples[start : start + batch_size]
+        questions = [e.question for e in batch]
+        hits = retriever.retrieve(questions, question_wordpieces(tokenizer, questions), k)
+        for example, row_ids, row_found in zip(batch, hits.block_ids, hits.found):
+            evidence = [Evidence(int(b), "", blocks.text(int(b)), 0.0) for b, ok in zip(row_ids, row_found) if ok]
+            ranks.append(answer_rank(evidence, example.answers, example.answer_type))
+    return ranks

@@ -1,0 +1,55 @@
+"""What answering needs from a trained run root, resolved in one place for `realm ask`,
+`realm evaluate`, `realm run`'s closing answer and the HTTP server: the fine-tuned checkpoint
+(the best validated one, else the newest), the index that checkpoint was trained against, the
+run's blocks and its model preset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from realm.model.index.mips import MANIFEST_FILE, latest_published
+from realm.model.networks.checkpoint import best_checkpoint, checkpoint_extra
+from realm.schemas.run_layout import RunLayout
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    checkpoint: Path
+    index: Path
+    blocks: str
+    model_preset: str
+
+    @classmethod
+    def at(
+        cls,
+        root: str | Path,
+        checkpoint: str | Path | None = None,
+        index_path: str | Path | None = None,
+        model_preset: str | None = None,
+    ) -> TrainedRun:
+        """The run at `root`; `checkpoint`, `index_path` and `model_preset` (used only when the
+        run records none) override what it holds. Raises FileNotFoundError naming what is missing."""
+        layout = RunLayout.at(root)
+        checkpoint = checkpoint or best_checkpoint(layout.checkpoints("finetune"))
+        if checkpoint is None:
+            raise FileNotFoundError(f"{layout.root}: not a trained run (no checkpoints/finetune/; fine-tune it first)")
+        index = index_path or trained_index(layout, checkpoint)
+        if index is None:
+            raise FileNotFoundError(f"{layout.root}: no published index (index/ or bm25/) for {checkpoint}")
+        preset = layout.model_preset() or model_preset
+        if preset is None:
+            raise FileNotFoundError(f"{layout.root}: no run.json naming the model preset the run trained")
+        return cls(Path(checkpoint), Path(index), layout.blocks, preset)
+
+
+def trained_index(layout: RunLayout, checkpoint: str | Path) -> Path | None:
+    """The index a fine-tuned checkpoint was trained against (recorded in it; it may live in
+    another run root, as in a reproduction), else the run's newest: the dense `index/` when the
+    checkpoint has a query tower, `bm25/` when it was fine-tuned on BM25's blocks."""
+    recorded = checkpoint_extra(checkpoint).get("index_path")
+    if recorded and (Path(recorded) / MANIFEST_FILE).is_file():
+        return Path(recorded)
+    dense = (Path(checkpoint) / "query_embedder").is_dir()
+    return latest_published(layout.index if dense else layout.bm25)

@@ -1,0 +1,239 @@
+"""Training-loop plumbing shared by the ICT, pre-training and fine-tuning trainers (plain PyTorch).
+
+AdamW with BERT's no-decay rule and a linear warmup/decay schedule; a progress meter whose
+dict the trainers hand to a `ProgressFn` (the Prefect flows log it); a seeded held-out split
+and a batch order that is a pure function of (seed, step), so a resumed run reads exactly the
+batches an uninterrupted one would; and the resume handshake around `realm.model.networks.checkpoint`.
+
+Resume order (see `realm.model.networks.checkpoint`): components first, then the optimizer and
+scheduler built over them exactly as in a fresh run, then their state and the RNG streams:
+
+    resume = latest_resume_point(checkpoint_root, device)
+    components = resume.components if resume else build_fresh_components()
+    optimizer = build_optimizer([...components in a fixed order...], learning_rate)
+    scheduler = build_scheduler(optimizer, warmup_steps, total_steps)
+    state = resume.restore(optimizer, scheduler) if resume else None   # TrainingState | None
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+from torch import nn
+from transformers import PreTrainedModel
+
+from realm.model.networks.checkpoint import TrainingState, latest_checkpoint, load_components, restore_training_state
+
+log = logging.getLogger(__name__)
+
+# A trainer calls this every `log_every` steps with `Progress.update`'s dict.
+ProgressFn = Callable[[dict], None]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (all devices) before building fresh components."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def set_transformers_verbosity_error() -> None:
+    """Silence transformers' per-load warnings and progress bars (missing heads are logged by
+    `realm.model.networks.config.build_component` in one line instead)."""
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def build_optimizer(
+    modules_in_order: Sequence[nn.Module],
+    learning_rate: float,
+    weight_decay: float = 0.01,
+    learning_rates: Sequence[float] | None = None,
+) -> torch.optim.AdamW:
+    """AdamW over the parameters of `modules_in_order`, biases and LayerNorm weights (every
+    parameter with < 2 dims) without weight decay, as BERT trains; `learning_rates`, one per
+    module, gives a module its own peak rate (a fresh head beside a warm-started body).
+
+    Frozen parameters are in the groups too: they never get a gradient, so AdamW neither moves
+    them nor keeps state for them, and the groups have the same size whichever parts are
+    frozen, so a run can resume with its doc tower frozen after training it (or the reverse).
+
+    The order of the modules fixes the order of the optimizer's parameters, which its saved
+    state refers to: pass them in the same order on resume. A parameter shared by two modules
+    (tied embeddings, or a head listed before the model holding it) is optimised once, at the
+    rate of its first module. Parameters must be on CPU or CUDA (fused AdamW).
+    """
+    rates = list(learning_rates) if learning_rates is not None else [learning_rate] * len(modules_in_order)
+    if len(rates) != len(modules_in_order):
+        raise ValueError(f"{len(rates)} learning rates for {len(modules_in_order)} modules")
+    seen: set[int] = set()
+    groups: dict[float, tuple[list, list]] = {}  # rate -> (decay, no_decay), in order of first use
+    for module, rate in zip(modules_in_order, rates):
+        decay, no_decay = groups.setdefault(rate, ([], []))
+        for parameter in module.parameters():
+            if id(parameter) in seen:
+                continue
+            seen.add(id(parameter))
+            (decay if parameter.ndim >= 2 else no_decay).append(parameter)
+    param_groups = [
+        group
+        for rate, (decay, no_decay) in groups.items()
+        for group in (
+            {"params": decay, "weight_decay": weight_decay, "lr": rate},
+            {"params": no_decay, "weight_decay": 0.0, "lr": rate},
+        )
+    ]
+    # fused: one kernel per parameter group instead of ~10 ops per tensor; on this CPU 8.5x
+    # faster over the `fast` preset's three towers (1.19 s -> 0.14 s a step, a third of a step).
+    return torch.optim.AdamW(param_groups, lr=learning_rate, fused=True)
+
+
+# BERT's and ORQA's optimizers clip the global gradient norm at 1.0; a fresh head (MLM, span
+# scorer, projection) otherwise sends a few huge early updates into the warm-started body.
+MAX_GRAD_NORM = 1.0
+
+
+def apply_update(loss: torch.Tensor, optimizer: torch.optim.Optimizer, scheduler, what: str, step: int) -> float:
+    """One optimizer update from `loss`: backward, clip to MAX_GRAD_NORM, step, schedule.
+
+    A non-finite loss raises before any weight changes, naming `what` and the `step` it would
+    have become, so the last checkpoint is still a good one. Returns the loss value.
+    """
+    value = loss.item()
+    if not math.isfinite(value):
+        raise FloatingPointError(f"{what} loss is {value} at step {step}")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_([p for group in optimizer.param_groups for p in group["params"]], MAX_GRAD_NORM)
+    optimizer.step()
+    scheduler.step()
+    return value
+
+
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Learning rate rising linearly from 0 over `warmup_steps`, then falling linearly to 0 at
+    `total_steps` (BERT's and REALM's schedule)."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)  # never exactly 0: the first step moves
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+class Progress:
+    """Steps/s over a sliding window of recent updates, and the ETA to `total_steps`.
+
+    `start_step` is where this process began (a resumed run's checkpoint step), so the rate
+    counts only steps this process ran. `clock` is injectable for tests.
+    """
+
+    def __init__(
+        self,
+        total_steps: int,
+        start_step: int = 0,
+        window: int = 20,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.total_steps = total_steps
+        self.clock = clock
+        self.started = clock()
+        self._marks: deque[tuple[int, float]] = deque([(start_step, self.started)], maxlen=window + 1)
+
+    def steps_per_s(self) -> float:
+        (first_step, first_time), (last_step, last_time) = self._marks[0], self._marks[-1]
+        return (last_step - first_step) / (last_time - first_time) if last_time > first_time else 0.0
+
+    def update(self, step: int, **metrics) -> dict:
+        """`metrics` plus step, total_steps, steps_per_s, eta_s (None until a rate is known),
+        elapsed_s; `step` is the number of completed steps."""
+        now = self.clock()
+        self._marks.append((step, now))
+        rate = self.steps_per_s()
+        return {
+            **metrics,
+            "step": step,
+            "total_steps": self.total_steps,
+            "steps_per_s": rate,
+            "eta_s": (self.total_steps - step) / rate if rate > 0 else None,
+            "elapsed_s": now - self.started,
+        }
+
+
+def heldout_split(num_examples: int, heldout_examples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, held-out rows): the last `heldout_examples` of a permutation seeded by
+    `seed` are held out, never trained on. At least one example is always left to train on."""
+    if num_examples < 2:
+        raise ValueError(f"need at least 2 examples to hold some out, got {num_examples}")
+    heldout = min(heldout_examples, num_examples - 1)
+    order = np.random.default_rng(seed).permutation(num_examples)
+    return order[: num_examples - heldout], order[num_examples - heldout :]
+
+
+def batch_rows(train_rows: np.ndarray, batch_size: int, seed: int, step: int) -> np.ndarray:
+    """The rows of batch `step` (0-based): consecutive slices of an endless stream of epochs,
+    each a permutation of `train_rows` seeded by (seed, epoch). A pure function of its
+    arguments, so resuming at any step reads the same batches as running straight through;
+    a batch that straddles two epochs takes the end of one and the start of the next."""
+    count = len(train_rows)
+    positions = np.arange(step * batch_size, (step + 1) * batch_size)  # in the endless stream
+    epochs = positions // count
+    rows = np.empty(batch_size, dtype=np.int64)
+    for epoch in np.unique(epochs):
+        permutation = np.random.default_rng((seed, int(epoch))).permutation(count)
+        in_epoch = epochs == epoch
+        rows[in_epoch] = train_rows[permutation[positions[in_epoch] % count]]
+    return rows
+
+
+def untrained_rows(train_rows: np.ndarray, batch_size: int, seed: int, steps: int) -> np.ndarray:
+    """The training rows that no batch of steps [0, steps) has drawn (`batch_rows`' stream),
+    in a seeded random order: never trained on, so a held-out set as good as the held-out
+    rows, and larger. Empty once the first epoch is complete."""
+    drawn = steps * batch_size
+    if drawn >= len(train_rows):
+        return np.empty(0, dtype=train_rows.dtype)
+    permutation = np.random.default_rng((seed, 0)).permutation(len(train_rows))  # epoch 0 of the stream
+    return train_rows[permutation[drawn:]]
+
+
+@dataclass
+class ResumePoint:
+    """The newest checkpoint under a root, its components loaded (step 2 is `restore`)."""
+
+    checkpoint: Path
+    components: dict[str, PreTrainedModel]
+
+    def restore(
+        self,
+        optimizer: torch.optim.Optimizer | None,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+    ) -> TrainingState:
+        """Load optimizer/scheduler state and the RNG streams; call after building the
+        optimizer and scheduler over `components` (and after anything else that draws random
+        numbers at start-up), so the next step draws what an uninterrupted run would have."""
+        return restore_training_state(self.checkpoint, optimizer, scheduler)
+
+
+def latest_resume_point(checkpoint_root: str | os.PathLike, device: torch.device | None = None) -> ResumePoint | None:
+    """The newest complete checkpoint under `checkpoint_root` with its components on
+    `device`, or None when there is none (a fresh run)."""
+    checkpoint = latest_checkpoint(checkpoint_root)
+    if checkpoint is None:
+        return None
+    log.info("resuming from %s", checkpoint)
+    return ResumePoint(checkpoint, load_components(checkpoint, device))

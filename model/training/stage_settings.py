@@ -1,0 +1,139 @@
+"""Every training stage's settings, defined once: the trainers (`realm.model.training.train_ict`,
+`train_pretrain`, `train_finetune`, which also runs the reader's warm-up), the Prefect flows' forms (`realm.flows.params`, which add
+what only the flow reads) and `realm train STAGE --param` all use these classes and their
+defaults. The run presets (`realm.flows.params.PipelineParams.preset`) override some of them.
+The seed is the run's (`RunParams.seed`), passed to each trainer beside its settings.
+
+Imports pydantic only (no torch), so the flows' parameter models load them cheaply.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from realm.model.tokenization import MAX_QUESTION_WORDPIECES
+
+# Lengths of the CPU presets (design §5b: ~3x cheaper steps than the paper's 96 / 288);
+# the `gpu` preset sets the paper's.
+CPU_QUERY_WORDPIECES = 64
+CPU_BLOCK_WORDPIECES = 128
+
+
+class IctConfig(BaseModel):
+    """Inverse Cloze Task warm start of both retriever towers (in-batch negatives)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # 0: publish the sentence-encoder start untrained. Measured (README): held-out ICT top-1
+    # among 512 contexts 0.668, where 300 ICT steps on 2 [CLS]-pooled layers reach 0.105.
+    steps: int = Field(0, ge=0)
+    batch_size: int = Field(32, ge=1)
+    learning_rate: float = Field(1e-4, gt=0)
+    warmup_steps: int = Field(30, ge=0)
+    checkpoint_every: int = Field(100, ge=1)
+    log_every: int = Field(10, ge=1)
+    heldout_examples: int = Field(512, ge=1)
+    max_query_wordpieces: int = CPU_QUERY_WORDPIECES
+    max_block_wordpieces: int = CPU_BLOCK_WORDPIECES
+    tower_layers: int | None = Field(6, ge=1, description="transformer layers of both towers (None: the model preset's)")
+    tower_pooling: Literal["cls", "mean"] = Field(
+        "mean", description="cls: REALM's [CLS] state; mean: the mean of the token states (sentence-encoder pooling)"
+    )
+    projection_init: Literal["random", "pca"] = Field(
+        "pca", description="pca: the 128-d projection from the principal directions of pooled contexts"
+    )
+    projection_sample: int = Field(4096, ge=1, description="contexts whose pooled vectors the PCA projection is fitted on")
+
+
+class PretrainConfig(BaseModel):
+    """REALM pre-training: salient-span MLM over the top-k retrieved blocks.
+
+    `learning_rate` 1e-4, BERT's own pre-training rate: the MiniLM warm start ships no MLM
+    head, so the head starts from scratch and a few hundred steps at REALM's 3e-5 (for batch
+    512 over 200k steps from a trained head) leave it near chance. `cached_doc_embeddings`:
+    candidates' vectors come from the index and the doc tower is frozen (design §5b
+    "cached", ~1.7x faster steps). `random_spans`: ablation, mask a random span (seeded by
+    example id) instead of the salient one. `max_block_wordpieces` < 288 cuts every block's
+    body (in the index too) for speed. `retriever_frozen_steps`: neither tower gets a gradient
+    before this step. REALM starts from an encoder that already reads (BERT's MLM head); a
+    fresh head cannot, so early on r(z) = [p(y|z,x)/p(y|x) − 1] p(z|x) is noise, and that noise
+    drives p(z|x) to collapse onto arbitrary blocks (measured: a start that finds the masked
+    span in a retrieved block for 21% of held-out examples fell to 4.7% within 200 steps).
+    Frozen first, the encoder learns to read against the warm-start retriever before the
+    retriever learns from the encoder.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # ~1 step/s on the vital corpus with the `fast` preset and cached candidate vectors (~8 s
+    # a step with candidates re-embedded by the doc tower, 56 distinct blocks a step).
+    steps: int = Field(1000, ge=0)
+    batch_size: int = Field(8, ge=1)
+    num_candidates: int = Field(8, ge=2, description="k, the null document included")
+    learning_rate: float = Field(1e-4, gt=0)
+    warmup_steps: int = Field(50, ge=0)
+    checkpoint_every: int = Field(50, ge=1)
+    log_every: int = Field(10, ge=1)
+    heldout_examples: int = Field(256, ge=1)
+    max_query_wordpieces: int = CPU_QUERY_WORDPIECES
+    max_block_wordpieces: int = CPU_BLOCK_WORDPIECES
+    # Measured (README): a retriever trained jointly from the start loses the span coverage of
+    # its start within ~200 steps, before the fresh MLM head can read; frozen, it helps.
+    cached_doc_embeddings: bool = Field(True, description="candidate vectors from the index, doc tower frozen")
+    random_spans: bool = Field(False, description="ablation: mask random spans instead of salient spans")
+    retriever_frozen_steps: int = Field(
+        1000, ge=0, description="no gradient into either retriever tower before this step, while the fresh MLM head learns to read"
+    )
+
+
+class FinetuneConfig(BaseModel):
+    """Fine-tuning settings: what the trainer, the `realm-finetune-openqa` flow form and
+    `realm train finetune --param` all read (the flow's parameters add the data and retriever)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # ~9 min an epoch with the 6-layer model on a 2-core CPU: four fit the main job's hour.
+    epochs: float = Field(
+        4.0, ge=0, description="passes over the training questions that carry a loss (ORQA: 20; 0 publishes the start)"
+    )
+    batch_size: int = Field(8, ge=1)
+    # BERT's fine-tuning range is 2e-5..5e-5 (Devlin et al.); the span MLP starts from
+    # scratch and learns at its own, higher rate.
+    learning_rate: float = Field(5e-5, gt=0, description="peak rate of the query tower and the reader's BERT")
+    span_head_learning_rate: float = Field(5e-4, gt=0, description="peak rate of the freshly initialised span MLP")
+    warmup_fraction: float = Field(0.1, ge=0, lt=1, description="share of the steps the learning rate rises over")
+    weight_decay: float = 0.01
+    checkpoint_every: int = Field(200, ge=1, description="steps between checkpoints, each validated")
+    log_every: int = Field(10, ge=1)
+    num_read: int = Field(5, ge=1, description="blocks the reader reads per question (REALM and ORQA: 5)")
+    num_candidates: int = Field(
+        20, ge=1, description="blocks retrieved once per question: the early-update range and the pool read from"
+    )
+    validation_fraction: float = Field(
+        0.05, ge=0, lt=1, description="questions held out by hash and answered at each checkpoint to pick the best"
+    )
+    max_question_wordpieces: int = MAX_QUESTION_WORDPIECES
+
+    @model_validator(mode="after")
+    def _read_within_candidates(self) -> FinetuneConfig:
+        if self.num_read > self.num_candidates:
+            raise ValueError(f"need num_read <= num_candidates, got {self.num_read} and {self.num_candidates}")
+        return self
+
+
+class ReaderWarmupConfig(FinetuneConfig):
+    """The reader's span-selection warm-up: fine-tuning (same trainer, same loss) on cloze
+    questions made from the corpus's own salient-span sentences (`realm.model.training.cloze_questions`),
+    before fine-tuning on Open-QA questions starts from the reader and query tower it leaves."""
+
+    # Measured on the vital corpus: 45% of the cloze questions have their answer in another
+    # block among their top 20 (30% in the top 5), so 6,000 give ~2,650 that train.
+    questions: int = Field(6000, ge=0, description="cloze questions drawn from the pre-training sentences (0: no warm-up)")
+    # One pass: ~13 min with the 6-layer model on a 2-core CPU, within the main job's hour.
+    epochs: float = Field(1.0, ge=0, description="passes over the cloze questions with an answer among their candidates")
+    checkpoint_every: int = Field(100, ge=1, description="steps between checkpoints, each validated")
+    validation_fraction: float = Field(
+        0.02, ge=0, lt=1, description="cloze questions held out by hash and answered at each checkpoint"
+    )

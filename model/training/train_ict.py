@@ -1,0 +1,219 @@
+"""Inverse Cloze Task warm start of both retriever towers (ORQA, Lee et al. 2019; REALM §3.4).
+
+A sentence of a block is the query, the block (that sentence removed 90% of the time, done
+by the Beam ICT pipeline) is its context; each query must pick its own context among the
+batch's contexts: scores = q @ dᵀ [batch, batch], cross-entropy to the diagonal, gradients
+into both towers. The last `heldout_examples` of a seeded permutation are never trained on;
+`heldout_accuracy` is top-1 of a held-out query's own context among groups of
+`HELDOUT_GROUP_SIZE` held-out contexts. Fresh towers are the model preset's, or (`tower_layers`,
+`tower_pooling`, `projection_init`) a sentence-encoder start: all of MiniLM's layers,
+mean-pooled, projected by PCA of pooled contexts; with `steps = 0` that start is published
+as it is, a retriever with no ICT training. Checkpoints (`checkpoints/<step>/` with
+query_embedder and doc_embedder) resume exactly: the batch of step s is a function of
+(seed, s). The Prefect flow calls `train_ict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from realm.model.networks.checkpoint import save_checkpoint
+from realm.model.networks.config import ModelConfig, build_component
+from realm.model.networks.device import autocast, select_device
+from realm.model.networks.inputs import length_sorted_groups, pad_batch
+from realm.model.networks.marginal import mask_log_scores
+from realm.model.networks.retriever import Embedder, Retriever, fit_projection_pca
+from realm.model.training.stage_settings import IctConfig
+from realm.model.tokenization import WordPieceTokenizer, join
+from realm.model.training.loop import (
+    Progress,
+    ProgressFn,
+    apply_update,
+    batch_rows,
+    build_optimizer,
+    build_scheduler,
+    heldout_split,
+    latest_resume_point,
+    seed_everything,
+    set_transformers_verbosity_error,
+)
+from realm.schemas import ICT_EXAMPLES, read_table
+
+log = logging.getLogger(__name__)
+
+ICT_COLUMNS = ["example_id", "query_token_ids", "context_block_id", "context_title_token_ids", "context_body_token_ids"]
+# Held-out queries pick their context among this many held-out contexts (ORQA's eval batch).
+HELDOUT_GROUP_SIZE = 512
+# Sequences per forward when embedding held-out queries and contexts.
+EMBED_MICRO_BATCH = 64
+
+
+def fresh_towers(
+    model_config: ModelConfig, config: IctConfig, tokenizer: WordPieceTokenizer, examples: Sequence[Mapping],
+    device: torch.device, seed: int = 0,
+) -> dict[str, Embedder]:
+    """Both towers as `config` asks for them, before any ICT step (see the module docstring)."""
+    tower_config = dataclasses.replace(
+        model_config,
+        num_layers=config.tower_layers or model_config.num_layers,
+        retrieval_pooling=config.tower_pooling,
+    )
+    towers = {name: build_component(Embedder, tower_config).to(device) for name in ("query_embedder", "doc_embedder")}
+    if config.projection_init == "pca":
+        rows = np.random.default_rng(seed).permutation(len(examples))[: config.projection_sample]
+        _, contexts = ict_sequences(tokenizer, [examples[row] for row in np.sort(rows)], config)
+        doc_tower = towers["doc_embedder"].eval()
+        with torch.no_grad(), autocast(device, model_config.cpu_bf16_autocast):
+            pooled = _embed(lambda inputs: doc_tower.pooled(**inputs.as_kwargs()), contexts, tokenizer.pad_id, device)
+        fit_projection_pca(list(towers.values()), pooled)  # [sample, hidden]
+        log.info("ICT: projection initialised by PCA of %d pooled contexts", len(pooled))
+    return towers
+
+
+def ict_sequences(
+    tokenizer: WordPieceTokenizer, examples: Sequence[Mapping], config: IctConfig
+) -> tuple[list[tuple[list[int], list[int]]], list[tuple[list[int], list[int]]]]:
+    """(queries `[CLS] sentence [SEP]`, contexts `[CLS] title [SEP] body [SEP]`) of ICT rows,
+    cut to the configured lengths (a context loses the end of its body first)."""
+    queries = [join(tokenizer, list(e["query_token_ids"]), None, config.max_query_wordpieces) for e in examples]
+    contexts = [
+        join(
+            tokenizer, list(e["context_title_token_ids"]), list(e["context_body_token_ids"]), config.max_block_wordpieces
+        )
+        for e in examples
+    ]
+    return queries, contexts
+
+
+def ict_scores(
+    query_embeddings: torch.Tensor, context_embeddings: torch.Tensor, context_block_ids: np.ndarray
+) -> torch.Tensor:
+    """In-batch scores [n, n] float32, query i against context j.
+
+    Off-diagonal contexts cut from the same block as the query's own (two sentences of one
+    block in a batch, or one example twice where a batch wraps an epoch) are masked out:
+    they would be near-copies of the right answer scored as wrong ones.
+    """
+    scores = query_embeddings @ context_embeddings.T  # [n, n]
+    same_block = torch.from_numpy(context_block_ids[:, None] == context_block_ids[None, :]).to(scores.device)
+    own = torch.eye(len(context_block_ids), dtype=torch.bool, device=scores.device)
+    return mask_log_scores(scores, own | ~same_block)
+
+
+def ict_loss(scores: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """(cross-entropy of each query to its own context, mean over the batch; top-1 accuracy)."""
+    own = torch.arange(len(scores), device=scores.device)
+    return F.cross_entropy(scores, own), (scores.argmax(dim=1) == own).float().mean().item()
+
+
+def _embed(embed, sequences: list[tuple[list[int], list[int]]], pad_id: int, device: torch.device) -> torch.Tensor:
+    """`embed(inputs) -> [n, d]` over length-sorted micro-batches, rows back in input order."""
+    groups = length_sorted_groups([len(ids) for ids, _ in sequences], EMBED_MICRO_BATCH)
+    out = torch.cat([embed(pad_batch([sequences[r] for r in rows], pad_id).to(device)) for rows in groups])
+    return out[torch.from_numpy(np.argsort(np.concatenate(groups))).to(device)]
+
+
+@torch.no_grad()
+def heldout_accuracy(
+    retriever: Retriever,
+    tokenizer: WordPieceTokenizer,
+    examples: Sequence[Mapping],
+    config: IctConfig,
+    device: torch.device,
+    cpu_bf16_autocast: bool,
+) -> float:
+    """Top-1 accuracy of each query's own context among its group of `HELDOUT_GROUP_SIZE`
+    held-out contexts (the last group may be smaller); eval mode, no dropout."""
+    was_training = retriever.training
+    retriever.eval()
+    correct = 0
+    try:
+        for start in range(0, len(examples), HELDOUT_GROUP_SIZE):
+            group = examples[start : start + HELDOUT_GROUP_SIZE]
+            queries, contexts = ict_sequences(tokenizer, group, config)
+            with autocast(device, cpu_bf16_autocast):
+                q = _embed(retriever.embed_queries, queries, tokenizer.pad_id, device)  # [n, d]
+                d = _embed(retriever.embed_passages, contexts, tokenizer.pad_id, device)  # [n, d]
+            scores = ict_scores(q, d, np.array([e["context_block_id"] for e in group]))
+            correct += (scores.argmax(dim=1) == torch.arange(len(group), device=device)).sum().item()
+    finally:
+        retriever.train(was_training)
+    return correct / len(examples)
+
+
+def train_ict(
+    ict_examples_path: str,
+    checkpoint_root: str,
+    model_config: ModelConfig,
+    config: IctConfig,
+    progress: ProgressFn | None = None,
+    device: torch.device | None = None,
+    seed: int = 0,
+) -> dict:
+    """Train both towers by ICT to `config.steps`, resuming from the newest checkpoint under
+    `checkpoint_root`; returns {step, checkpoint, heldout_accuracy, heldout_examples,
+    steps_per_s, final_loss} (final_loss: of the last step trained, here or before a resume)."""
+    set_transformers_verbosity_error()
+    device = device or select_device()
+    tokenizer = model_config.tokenizer()
+    examples = read_table(ict_examples_path, ICT_EXAMPLES, columns=ICT_COLUMNS).to_pylist()
+    train_rows, heldout_rows = heldout_split(len(examples), config.heldout_examples, seed)
+
+    seed_everything(seed)
+    resume = latest_resume_point(checkpoint_root, device)
+    if resume:
+        towers = resume.components
+    else:  # the PCA projection sees training contexts only
+        towers = fresh_towers(model_config, config, tokenizer, [examples[row] for row in train_rows], device, seed)
+    retriever = Retriever(towers["query_embedder"], towers["doc_embedder"]).to(device).train()
+    optimizer = build_optimizer([retriever.query_embedder, retriever.doc_embedder], config.learning_rate)
+    scheduler = build_scheduler(optimizer, config.warmup_steps, config.steps)
+    state = resume.restore(optimizer, scheduler) if resume else None
+    step = state.step if state else 0
+    final_loss = state.extra.get("loss") if state else None
+    checkpoint = resume.checkpoint if resume else None
+    meter = Progress(config.steps, start_step=step)
+    log.info(
+        "ICT: %d training / %d held-out examples, from step %d to %d",
+        len(train_rows), len(heldout_rows), step, config.steps,
+    )
+
+    def save() -> str:
+        components = {"query_embedder": retriever.query_embedder, "doc_embedder": retriever.doc_embedder}
+        return str(save_checkpoint(checkpoint_root, step, components, optimizer, scheduler, extra={"loss": final_loss}))
+
+    while step < config.steps:
+        batch = [examples[row] for row in batch_rows(train_rows, config.batch_size, seed, step)]
+        queries, contexts = ict_sequences(tokenizer, batch, config)
+        with autocast(device, model_config.cpu_bf16_autocast):
+            q = retriever.embed_queries(pad_batch(queries, tokenizer.pad_id).to(device))  # [batch, d]
+            d = retriever.embed_passages(pad_batch(contexts, tokenizer.pad_id).to(device))  # [batch, d]
+        loss, batch_accuracy = ict_loss(ict_scores(q, d, np.array([e["context_block_id"] for e in batch])))
+        final_loss = apply_update(loss, optimizer, scheduler, "ICT", step + 1)
+        step += 1
+        metrics = meter.update(
+            step, loss=final_loss, batch_accuracy=batch_accuracy, learning_rate=scheduler.get_last_lr()[0]
+        )
+        if progress is not None and (step % config.log_every == 0 or step == config.steps):
+            progress(metrics)
+        if step % config.checkpoint_every == 0 or step == config.steps:
+            checkpoint = save()
+    if checkpoint is None:  # steps == 0 on a fresh run: still publish the starting towers
+        checkpoint = save()
+
+    heldout = [examples[row] for row in heldout_rows]
+    accuracy = heldout_accuracy(retriever, tokenizer, heldout, config, device, model_config.cpu_bf16_autocast)
+    return {
+        "step": step,
+        "checkpoint": str(checkpoint),
+        "heldout_accuracy": accuracy,
+        "heldout_examples": len(heldout),
+        "steps_per_s": meter.steps_per_s(),
+        "final_loss": final_loss,
+    }

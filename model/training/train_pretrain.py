@@ -1,0 +1,354 @@
+"""REALM pre-training (Guu et al. 2020, §3): salient-span MLM marginalised over retrieved blocks,
+with a MIPS index that is rebuilt from snapshots of the doc tower and swapped in while training runs.
+
+`PretrainTrainer` owns the three components (query tower, doc tower, knowledge-augmented
+encoder), the optimizer and the index in use; one `train_step` masks one salient span per
+example, retrieves top-k with the null document first and trivial retrievals excluded,
+rescores the candidates with the current θ and minimises −log Σ_z p(y|z,x) p(z|x)
+(`realm.model.training.pretrain_step`). The index lives outside the step:
+`realm.model.index.rebuild.rebuild_index` re-embeds the corpus with a saved doc-tower snapshot and publishes `index/<snapshot step>/`, safe in a
+background thread; `swap_index` puts a published index into use between steps.
+
+The driving loop belongs to the Prefect flow (`realm.flows.realm_pretrain`):
+
+    trainer = PretrainTrainer(blocks, examples, checkpoints, model_config, config, init_retriever=ict_ckpt)
+    attach_index(trainer, index_root, embeddings_root, snapshot_root)   # before the first step
+    while trainer.step < config.steps:
+        when an IndexRefreshScheduler says so: snapshot = trainer.snapshot_doc_tower(...), then
+            submit rebuild_index(blocks, snapshot, ..., snapshot_step=trainer.step, max_block_wordpieces=...)
+        when a refresh has published: trainer.swap_index(MipsIndex.load(path), its snapshot step)
+        trainer.train_step(); trainer.save_checkpoint() / evaluate_masked_spans() as scheduled
+
+`attach_index` gives the first index: on resume the one the checkpoint was using (exact
+resume), on a fresh run one built synchronously from the initial doc tower (`index/0/`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from realm.model.index.block_store import BlockStore
+from realm.model.networks.checkpoint import load_components, save_checkpoint
+from realm.model.networks.config import ModelConfig, build_component
+from realm.model.qa.paired_stats import mcnemar_exact_p_value
+from realm.model.training.stage_settings import PretrainConfig
+from realm.model.networks.device import autocast, select_device
+from realm.model.networks.encoder import KnowledgeAugmentedEncoder
+from realm.model.networks.marginal import LOG_ZERO
+from realm.model.index.mips import MipsIndex
+from realm.model.index.rebuild import fitted_block_batches, rebuild_index
+from realm.model.training.pretrain_step import (
+    PretrainBatch,
+    candidate_embeddings,
+    encoder_log_probs,
+    make_pretrain_batch,
+    pretrain_loss,
+    retrieval_logits,
+    retrieve,
+    span_in_candidates,
+)
+from realm.model.networks.retriever import Embedder, Retriever
+from realm.model.training.loop import (
+    Progress,
+    apply_update,
+    batch_rows,
+    build_optimizer,
+    build_scheduler,
+    heldout_split,
+    latest_resume_point,
+    seed_everything,
+    set_transformers_verbosity_error,
+    untrained_rows,
+)
+from realm.schemas import PRETRAIN_EXAMPLES, read_table
+
+log = logging.getLogger(__name__)
+
+EXAMPLE_COLUMNS = ["example_id", "origin_block_id", "forbidden_block_ids", "token_ids", "masked_token_positions"]
+
+
+@dataclass(frozen=True)
+class _StepOutputs:
+    loss: torch.Tensor  # [] with graph
+    log_p_z_given_x: torch.Tensor  # [batch, k] detached
+    predictions: torch.Tensor  # [batch, max_masks] argmax of the per-position marginal
+    null_predictions: torch.Tensor  # [batch, max_masks] argmax with the null document alone
+    span_in_candidates: np.ndarray  # [batch] bool, see `realm.model.training.pretrain_step.span_in_candidates`
+
+
+def span_correct(predictions: torch.Tensor, batch: PretrainBatch) -> torch.Tensor:
+    """[batch] bool: every masked wordpiece of the example predicted exactly."""
+    wrong = (predictions.cpu() != batch.mlm_targets) & batch.mlm_mask
+    return ~wrong.any(dim=1)
+
+
+def marginal_predictions(log_p_z_given_x: torch.Tensor, vocab_log_probs: torch.Tensor) -> torch.Tensor:
+    """argmax_v Σ_z p(z|x) p(v|z,x) at each masked slot: log_p_z_given_x [batch, k],
+    vocab_log_probs [batch, k, max_masks, vocab] -> [batch, max_masks]. Per position, like
+    the MLM objective itself (which factorises over the masked wordpieces given z)."""
+    marginal = torch.logsumexp(log_p_z_given_x[:, :, None, None] + vocab_log_probs, dim=1)  # [batch, max_masks, vocab]
+    return marginal.argmax(dim=-1)
+
+
+class PretrainTrainer:
+    """REALM pre-training state and step; see the module docstring for the driving loop.
+
+    Resumes from the newest checkpoint under `checkpoint_root` (components, optimizer,
+    scheduler, RNG, and in `extra` the index snapshot step in use); otherwise the towers come
+    from `init_retriever` (an ICT checkpoint dir) or fresh from `model_config`, and the
+    encoder fresh (BERT warm start). The batch of step s is a function of (seed, s).
+    """
+
+    def __init__(
+        self,
+        blocks_path: str,
+        examples_path: str,
+        checkpoint_root: str,
+        model_config: ModelConfig,
+        config: PretrainConfig,
+        init_retriever: str | None = None,
+        device: torch.device | None = None,
+        seed: int = 0,
+    ):
+        set_transformers_verbosity_error()
+        self.blocks_path, self.checkpoint_root = blocks_path, checkpoint_root
+        self.model_config, self.config, self.seed = model_config, config, seed
+        self.device = device or select_device()
+        self.tokenizer = model_config.tokenizer()
+        self.blocks = BlockStore(
+            pa.Table.from_batches(list(fitted_block_batches(blocks_path, config.max_block_wordpieces)))
+        )
+        self.examples = read_table(examples_path, PRETRAIN_EXAMPLES, columns=EXAMPLE_COLUMNS).to_pylist()
+        self.train_rows, self.heldout_rows = heldout_split(len(self.examples), config.heldout_examples, seed)
+
+        seed_everything(seed)
+        resume = latest_resume_point(checkpoint_root, self.device)
+        components = resume.components if resume else self._fresh_components(init_retriever)
+        self.retriever = Retriever(
+            components["query_embedder"], components["doc_embedder"], freeze_doc_tower=config.cached_doc_embeddings
+        ).to(self.device)
+        self.encoder: KnowledgeAugmentedEncoder = components["encoder"].to(self.device)
+        modules = [self.retriever.query_embedder, self.retriever.doc_embedder, self.encoder]
+        self.optimizer = build_optimizer(modules, config.learning_rate)
+        self.scheduler = build_scheduler(self.optimizer, config.warmup_steps, config.steps)
+        state = resume.restore(self.optimizer, self.scheduler) if resume else None
+        extra = state.extra if state else {}
+        self.step: int = state.step if state else 0
+        self.index_snapshot_step: int | None = extra.get("index_snapshot_step")
+        self.last_checkpoint: str | None = str(resume.checkpoint) if resume else None
+        self._index: MipsIndex | None = None
+        self._index_lock = threading.Lock()
+        self.meter = Progress(config.steps, start_step=self.step)
+        log.info(
+            "pre-training: %d blocks, %d training / %d held-out examples, from step %d",
+            len(self.blocks.block_ids), len(self.train_rows), len(self.heldout_rows), self.step,
+        )
+
+    def _fresh_components(self, init_retriever: str | None) -> dict:
+        if init_retriever is not None:
+            towers = load_components(init_retriever)
+            missing = {"query_embedder", "doc_embedder"} - set(towers)
+            if missing:
+                raise ValueError(f"{init_retriever}: retriever checkpoint has no {sorted(missing)}")
+        else:
+            towers = {name: build_component(Embedder, self.model_config) for name in ("query_embedder", "doc_embedder")}
+        return {
+            "query_embedder": towers["query_embedder"],
+            "doc_embedder": towers["doc_embedder"],
+            "encoder": build_component(KnowledgeAugmentedEncoder, self.model_config),
+        }
+
+    # -- the index -------------------------------------------------------------------------
+
+    def snapshot_doc_tower(self, directory: str) -> str:
+        """Save the current doc tower (`save_pretrained`) for `rebuild_index`; call between steps."""
+        self.retriever.doc_embedder.save_pretrained(directory)
+        return str(directory)
+
+    def swap_index(self, index: MipsIndex, snapshot_step: int) -> int:
+        """Put `index` (built from the doc tower of `snapshot_step`) into use from the next step
+        on; returns its staleness, `step − snapshot_step`. Thread-safe against `train_step`,
+        which reads the index once at its start."""
+        if index.dim != self.model_config.retrieval_dim:
+            raise ValueError(f"index has dim {index.dim}, the towers embed in {self.model_config.retrieval_dim}")
+        with self._index_lock:
+            self._index, self.index_snapshot_step = index, snapshot_step
+        staleness = self.step - snapshot_step
+        log.info("step %d: swapped in the index of step %d (staleness %d)", self.step, snapshot_step, staleness)
+        return staleness
+
+    def _index_in_use(self) -> MipsIndex:
+        with self._index_lock:
+            if self._index is None:
+                raise RuntimeError("no index in use: call swap_index (or attach_index) before training")
+            return self._index
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def _batch(self, rows: np.ndarray) -> PretrainBatch:
+        examples = [self.examples[row] for row in rows]
+        if self.config.random_spans:
+            examples = [{**example, "masked_token_positions": []} for example in examples]
+        return make_pretrain_batch(self.tokenizer, examples, self.config.max_query_wordpieces)
+
+    def _forward(self, index: MipsIndex, batch: PretrainBatch) -> _StepOutputs:
+        """The REALM forward: retrieve, rescore candidates with the current θ, read every
+        candidate, marginalise (bf16 autocast where configured, loss in float32)."""
+        with autocast(self.device, self.model_config.cpu_bf16_autocast):
+            query_embeddings, candidates = retrieve(
+                self.retriever, index, batch, self.config.num_candidates, self.device
+            )  # [batch, d], [batch, k]
+            cached = index if self.config.cached_doc_embeddings else None
+            doc_embeddings = candidate_embeddings(
+                self.retriever, self.tokenizer, self.blocks, candidates, self.device, cached
+            )  # [batch, k, d]
+            logits = retrieval_logits(query_embeddings, doc_embeddings, candidates)  # [batch, k]
+            log_p_y_given_z, vocab_log_probs = encoder_log_probs(
+                self.encoder, self.tokenizer, self.blocks, batch, candidates, self.device
+            )  # [batch, k], [batch, k, max_masks, vocab]
+        log_p_z_given_x = torch.log_softmax(logits.detach(), dim=-1)  # [batch, k]
+        return _StepOutputs(
+            loss=pretrain_loss(logits, log_p_y_given_z),
+            log_p_z_given_x=log_p_z_given_x,
+            predictions=marginal_predictions(log_p_z_given_x, vocab_log_probs),
+            null_predictions=vocab_log_probs[:, 0].argmax(dim=-1),  # column 0: the null document
+            span_in_candidates=span_in_candidates(self.blocks, batch, candidates),
+        )
+
+    def _train_mode(self, training: bool) -> None:
+        # A frozen doc tower only embeds the null document; without dropout that is one fixed vector.
+        self.retriever.query_embedder.train(training)
+        self.retriever.doc_embedder.train(training and not self.config.cached_doc_embeddings)
+        self.encoder.train(training)
+
+    def train_step(self) -> dict:
+        """One optimizer step on batch `step`. Returns `Progress.update`'s dict with:
+        loss; mlm_accuracy, the fraction of the batch's masked spans predicted exactly by the
+        argmax of the per-position marginal Σ_z p(z|x) p(v|z,x) (train mode, before the
+        update); retrieval_entropy, the mean entropy (nats) of p(z|x) over the candidates
+        (null included, padding has p = 0; at most log k); null_document_probability, the
+        mean p(null|x); span_in_candidates, the fraction of the batch whose masked wordpieces
+        occur verbatim in a retrieved block (what copying could reach); num_random_spans;
+        learning_rate; index_snapshot_step and index_age."""
+        index = self._index_in_use()
+        batch = self._batch(batch_rows(self.train_rows, self.config.batch_size, self.seed, self.step))
+        self._train_mode(True)
+        # Set from the step alone, so a resumed run freezes exactly as this one. Frozen towers
+        # build no graph; AdamW keeps no state for them until their first gradient.
+        retriever_trains = self.step >= self.config.retriever_frozen_steps
+        self.retriever.query_embedder.requires_grad_(retriever_trains)
+        self.retriever.freeze_doc_tower = self.config.cached_doc_embeddings or not retriever_trains
+        outputs = self._forward(index, batch)
+        loss = apply_update(outputs.loss, self.optimizer, self.scheduler, "pre-training", self.step + 1)
+        self.step += 1
+        p_z = outputs.log_p_z_given_x.exp()  # [batch, k]
+        entropy = -(p_z * outputs.log_p_z_given_x.clamp(min=LOG_ZERO)).sum(dim=1)  # padding: 0 · LOG_ZERO = 0
+        return self.meter.update(
+            self.step,
+            loss=loss,
+            mlm_accuracy=span_correct(outputs.predictions, batch).float().mean().item(),
+            retrieval_entropy=entropy.mean().item(),
+            null_document_probability=p_z[:, 0].mean().item(),
+            span_in_candidates=float(outputs.span_in_candidates.mean()),
+            num_random_spans=batch.num_random_spans,
+            learning_rate=self.scheduler.get_last_lr()[0],
+            index_snapshot_step=self.index_snapshot_step,
+            index_age=self.step - self.index_snapshot_step,
+        )
+
+    def untrained_rows(self, count: int) -> np.ndarray:
+        """Up to `count` training examples no step so far has drawn (`training.untrained_rows`)."""
+        return untrained_rows(self.train_rows, self.config.batch_size, self.seed, self.step)[:count]
+
+    @torch.no_grad()
+    def evaluate_masked_spans(self, rows: np.ndarray | None = None) -> dict:
+        """Exact-span accuracy on the held-out examples (never trained on; or on `rows`, e.g.
+        `untrained_rows`), eval mode:
+        `accuracy_with_retrieval` predicts each masked wordpiece by the argmax of the
+        per-position marginal Σ_z p(z|x) p(v|z,x) over the k candidates (null included);
+        `accuracy_null_only` by the encoder reading `[CLS] x [SEP] [SEP]` alone. A span counts
+        only if all its wordpieces are right. `span_in_candidates`: the fraction of examples
+        whose masked wordpieces occur verbatim in a retrieved block. `right_only_with_retrieval`
+        and `right_only_null` count the examples only one of the two gets right: the
+        discordant pairs a paired (McNemar) test of the difference reads; `paired_p_value` is
+        that exact two-sided test. `span_in_candidates_right_with_retrieval` and
+        `span_in_candidates_right_null_only` count right examples among those whose span is
+        in a retrieved block: where reading the evidence can help, so where it shows first.
+        Draws no random numbers, so it never changes what the next training step does."""
+        rows = self.heldout_rows if rows is None else rows
+        index = self._index_in_use()
+        self._train_mode(False)
+        with_retrieval = null_only = in_candidates = only_with_retrieval = only_null = 0
+        in_candidates_with_retrieval = in_candidates_null_only = 0
+        try:
+            for start in range(0, len(rows), self.config.batch_size):
+                batch = self._batch(rows[start : start + self.config.batch_size])
+                outputs = self._forward(index, batch)
+                retrieval_right = span_correct(outputs.predictions, batch)
+                null_right = span_correct(outputs.null_predictions, batch)
+                with_retrieval += retrieval_right.sum().item()
+                null_only += null_right.sum().item()
+                only_with_retrieval += (retrieval_right & ~null_right).sum().item()
+                only_null += (null_right & ~retrieval_right).sum().item()
+                in_candidates += int(outputs.span_in_candidates.sum())
+                span_found = torch.from_numpy(outputs.span_in_candidates)  # [batch] bool
+                in_candidates_with_retrieval += (retrieval_right & span_found).sum().item()
+                in_candidates_null_only += (null_right & span_found).sum().item()
+        finally:
+            self._train_mode(True)
+        examples = len(rows)
+        return {
+            "accuracy_with_retrieval": with_retrieval / examples,
+            "accuracy_null_only": null_only / examples,
+            "span_in_candidates": in_candidates / examples,
+            "right_only_with_retrieval": only_with_retrieval,
+            "right_only_null": only_null,
+            "span_in_candidates_right_with_retrieval": in_candidates_with_retrieval,
+            "span_in_candidates_right_null_only": in_candidates_null_only,
+            "paired_p_value": mcnemar_exact_p_value(only_with_retrieval, only_null),
+            "examples": examples,
+        }
+
+    def save_checkpoint(self) -> str:
+        """Publish `checkpoints/<step>/` with all three components, optimizer, scheduler, RNG
+        and the index snapshot step in use."""
+        components = {
+            "query_embedder": self.retriever.query_embedder,
+            "doc_embedder": self.retriever.doc_embedder,
+            "encoder": self.encoder,
+        }
+        extra = {"index_snapshot_step": self.index_snapshot_step}
+        published = save_checkpoint(
+            self.checkpoint_root, self.step, components, self.optimizer, self.scheduler, extra=extra
+        )
+        self.last_checkpoint = str(published)
+        return self.last_checkpoint
+
+
+def attach_index(trainer: PretrainTrainer, index_root: str, embeddings_root: str, snapshot_root: str) -> str:
+    """Give `trainer` its first index: on resume, the published `<index_root>/<snapshot step>/`
+    it was training against (so the resumed run retrieves what the uninterrupted one would);
+    on a fresh run, or if that index is gone, one built now from its current doc tower.
+    Returns the published index path."""
+    if trainer.index_snapshot_step is not None:
+        published = Path(index_root) / str(trainer.index_snapshot_step)
+        if published.is_dir():
+            index = MipsIndex.load(published, trainer.model_config.retrieval_dim)
+            trainer.swap_index(index, trainer.index_snapshot_step)
+            return str(published)
+        log.warning("%s is gone; rebuilding the index from the doc tower of step %d", published, trainer.step)
+    snapshot = trainer.snapshot_doc_tower(str(Path(snapshot_root) / str(trainer.step)))
+    published = rebuild_index(
+        trainer.blocks_path, snapshot, embeddings_root, index_root, trainer.step, trainer.model_config,
+        trainer.device, trainer.config.max_block_wordpieces,
+    )
+    trainer.swap_index(MipsIndex.load(published, trainer.model_config.retrieval_dim), trainer.step)
+    return published
+

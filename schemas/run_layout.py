@@ -1,0 +1,84 @@
+"""Where a run keeps its artifacts: one root (local path) for every stage of the chain. A
+contract like the Parquet schemas beside it: it imports nothing above them.
+
+    <root>/documents, blocks, pretrain_examples, ict_examples, dead_letter, summary   (prepare)
+    <root>/checkpoints/{ict,pretrain,warmup,finetune}/<step>/   save_pretrained components + state
+    <root>/checkpoints/{warmup,finetune}/best/<step>/    the best validated one
+    <root>/snapshots/<step>/doc_embedder                 doc tower snapshots the refresh embeds with
+    <root>/embeddings/<step>/, <root>/index/<step>/      refreshed doc embeddings and MIPS indexes
+    <root>/bm25/<step>/                                  BM25 index over the blocks (BERT-Baseline)
+    <root>/predictions/<dataset>.parquet, <root>/reports/ (metrics JSON lines, loss curves)
+    <root>/run.json                                      the model preset the run trains
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+RUN_FILE = "run.json"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    root: Path
+
+    @classmethod
+    def at(cls, root: str | Path) -> RunLayout:
+        return cls(Path(root).expanduser().resolve())
+
+    def artifact(self, name: str) -> str:
+        return str(self.root / name)
+
+    @property
+    def blocks(self) -> str:
+        return self.artifact("blocks")
+
+    @property
+    def pretrain_examples(self) -> str:
+        return self.artifact("pretrain_examples")
+
+    @property
+    def ict_examples(self) -> str:
+        return self.artifact("ict_examples")
+
+    def checkpoints(self, stage: str) -> str:
+        return str(self.root / "checkpoints" / stage)
+
+    @property
+    def snapshots(self) -> Path:
+        return self.root / "snapshots"
+
+    @property
+    def embeddings(self) -> str:
+        return self.artifact("embeddings")
+
+    @property
+    def index(self) -> str:
+        return self.artifact("index")
+
+    @property
+    def bm25(self) -> str:
+        return self.artifact("bm25")
+
+    @property
+    def predictions(self) -> Path:
+        return self.root / "predictions"
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
+    def record_model_preset(self, model_preset: str) -> None:
+        """Remember the model preset, so `realm ask` and `realm evaluate` rebuild the same model;
+        a run root must not mix presets (its checkpoints would not load)."""
+        recorded = self.model_preset()
+        if recorded is not None and recorded != model_preset:
+            raise ValueError(f"{self.root} was trained with model preset {recorded!r}, not {model_preset!r}")
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / RUN_FILE).write_text(json.dumps({"model_preset": model_preset}))
+
+    def model_preset(self) -> str | None:
+        path = self.root / RUN_FILE
+        return json.loads(path.read_text())["model_preset"] if path.exists() else None

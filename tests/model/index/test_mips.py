@@ -1,0 +1,129 @@
+import json
+
+import numpy as np
+import pytest
+
+from realm.model.index.mips import (
+    BruteForceIndex,
+    IndexConfig,
+    IndexIntegrityError,
+    MipsIndex,
+    ivf_nlist,
+    latest_published,
+)
+
+
+def _clustered(count: int, dim: int = 32, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unit vectors around 20 centres (a random-Gaussian corpus defeats any IVF), ids shuffled."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((20, dim))
+    vectors = centres[rng.integers(0, 20, count)] + 0.3 * rng.standard_normal((count, dim))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    block_ids = rng.permutation(count).astype(np.int64) * 7 - 1000  # negative ids too
+    queries = vectors[rng.integers(0, count, 50)] + 0.1 * rng.standard_normal((50, dim))
+    return vectors.astype(np.float32), block_ids, queries.astype(np.float32)
+
+
+def test_exact_index_matches_brute_force():
+    vectors, block_ids, queries = _clustered(3000)
+    scores, ids = MipsIndex.build(vectors, block_ids).search(queries, 10)
+    oracle_scores, oracle_ids = BruteForceIndex.build(vectors, block_ids).search(queries, 10)
+    np.testing.assert_array_equal(ids, oracle_ids)
+    np.testing.assert_allclose(scores, oracle_scores, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["ivf", "hnsw"])
+def test_approximate_indexes_return_exact_scores_and_high_recall(kind):
+    vectors, block_ids, queries = _clustered(4000)
+    index = MipsIndex.build(vectors, block_ids, IndexConfig(kind=kind, nlist=32, nprobe=8))
+    scores, ids = index.search(queries, 8)
+    exact = np.einsum("qd,qkd->qk", queries, index.lookup(ids))
+    np.testing.assert_allclose(scores, exact, rtol=1e-5, atol=1e-6)
+    _, oracle_ids = BruteForceIndex.build(vectors, block_ids).search(queries, 8)
+    recall = np.mean([len(set(a) & set(b)) / 8 for a, b in zip(ids, oracle_ids)])
+    assert recall > 0.9
+
+
+def test_fewer_blocks_than_k_pads_with_minus_inf():
+    vectors, block_ids, queries = _clustered(5)
+    for index in (MipsIndex.build(vectors, block_ids), BruteForceIndex.build(vectors, block_ids)):
+        scores, ids = index.search(queries[:2], 8)
+        assert np.isfinite(scores[:, :5]).all() and np.isneginf(scores[:, 5:]).all()
+        assert sorted(ids[0, :5]) == sorted(block_ids)
+
+
+def test_lookup_returns_stored_vectors_by_block_id():
+    vectors, block_ids, _ = _clustered(100)
+    index = MipsIndex.build(vectors, block_ids)
+    np.testing.assert_array_equal(index.lookup(block_ids[[5, 2]]), vectors[[5, 2]])
+    with pytest.raises(KeyError):
+        index.lookup(np.array([123456789]))
+
+
+def test_nlist_scales_with_corpus():
+    assert ivf_nlist(13_000_000) == 16384
+    assert ivf_nlist(1_000_000) == 16384
+    assert ivf_nlist(100_000) == 2048
+    assert ivf_nlist(10) == 1
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_save_load_round_trip(tmp_path, kind):
+    vectors, block_ids, queries = _clustered(2000)
+    index = MipsIndex.build(vectors, block_ids, IndexConfig(kind=kind, nlist=16))
+    path = index.save(tmp_path / "index", step=120)
+    assert path == tmp_path / "index" / "120"
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["checkpoint_step"] == 120 and manifest["dim"] == 32 and manifest["count"] == 2000
+    assert manifest["index_type"] == kind and len(manifest["sha256"]["index.faiss"]) == 64
+    loaded = MipsIndex.load(path, expected_dim=32)
+    for got, want in zip(loaded.search(queries, 8), index.search(queries, 8)):
+        np.testing.assert_array_equal(got, want)
+    assert loaded.config == index.config
+
+
+def test_corrupt_index_fails_naming_the_file(tmp_path):
+    vectors, block_ids, _ = _clustered(500)
+    path = MipsIndex.build(vectors, block_ids).save(tmp_path, step=1)
+    data = bytearray((path / "index.faiss").read_bytes())
+    data[-10] ^= 0xFF
+    (path / "index.faiss").write_bytes(bytes(data))
+    with pytest.raises(IndexIntegrityError, match=r"index\.faiss.*sha256"):
+        MipsIndex.load(path)
+
+
+def test_dim_and_count_mismatches_fail_clearly(tmp_path):
+    vectors, block_ids, _ = _clustered(500)
+    path = MipsIndex.build(vectors, block_ids).save(tmp_path, step=1)
+    with pytest.raises(IndexIntegrityError, match=f"{path}: index dim is 32, the model embeds in 128"):
+        MipsIndex.load(path, expected_dim=128)
+    manifest = json.loads((path / "manifest.json").read_text())
+    (path / "manifest.json").write_text(json.dumps({**manifest, "dim": 64}))
+    with pytest.raises(IndexIntegrityError, match=f"{path}: index.faiss dim is 32, manifest.json says 64"):
+        MipsIndex.load(path)
+
+
+def test_latest_published_ignores_staging_and_unmanifested_dirs(tmp_path):
+    vectors, block_ids, _ = _clustered(100)
+    index = MipsIndex.build(vectors, block_ids)
+    index.save(tmp_path, step=10)
+    # A writer that died mid-build: staging dir with files but never renamed.
+    staging = tmp_path / ".tmp-30-4242"
+    staging.mkdir()
+    (staging / "index.faiss").write_bytes(b"partial")
+    (staging / "manifest.json").write_text("{}")
+    # A step dir without a manifest (e.g. copied in by hand, incomplete).
+    (tmp_path / "20").mkdir()
+    assert latest_published(tmp_path) == tmp_path / "10"
+    with pytest.raises(IndexIntegrityError, match="no manifest.json"):
+        MipsIndex.load(tmp_path / "20")
+
+
+def test_publish_keeps_last_n_and_replaces_same_step(tmp_path):
+    vectors, block_ids, _ = _clustered(100)
+    index = MipsIndex.build(vectors, block_ids)
+    for step in (1, 2, 3, 4):
+        index.save(tmp_path, step=step, keep=2)
+    index.save(tmp_path, step=4, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["3", "4"]
+    assert latest_published(tmp_path) == tmp_path / "4"

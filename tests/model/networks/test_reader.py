@@ -1,0 +1,86 @@
+import pytest
+import torch
+
+from realm.model.networks.reader import (
+    best_span,
+    build_reader,
+    enumerate_spans,
+    joint_reader_loss,
+    joint_span_logits,
+    reader_inputs,
+)
+from realm.model.qa.gold_spans import find_gold_spans
+
+
+def test_spans_lie_inside_the_body_and_are_at_most_ten_wordpieces():
+    spans = enumerate_spans(torch.tensor([5, 3]), torch.tensor([12, 4]), max_span=10)
+    for row, (start, length) in enumerate([(5, 12), (3, 4)]):
+        starts, ends = spans.starts[row][spans.valid[row]], spans.ends[row][spans.valid[row]]
+        assert (starts >= start).all() and (ends < start + length).all()
+        assert ((ends - starts) < 10).all() and (ends >= starts).all()
+        expected = {(s, e) for s in range(start, start + length) for e in range(s, min(s + 10, start + length))}
+        assert set(zip(starts.tolist(), ends.tolist())) == expected
+
+
+def test_joint_loss_is_one_softmax_over_every_span_of_every_block_plus_its_retrieval_logit(tiny_config, tokenizer):
+    """Brute force over (block, span) pairs: logit = span score + the block's retrieval logit;
+    loss = −log Σ_gold exp / Σ_all exp; the block without the answer is in the denominator."""
+    reader = build_reader(tiny_config).eval()
+    question = tokenizer.encode("who wrote the first algorithm")
+    texts = ["ada lovelace wrote it for the engine", "the nile is long"]
+    bodies = [tokenizer.encode(t) for t in texts]
+    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies])
+    assert spans.starts[:, 0].tolist() == [len(question) + 2] * 2
+    assert spans.valid.sum(1).tolist() == [sum(min(10, len(b) - i) for i in range(len(b))) for b in bodies]
+    gold = spans.gold_mask([find_gold_spans(tokenizer, body, ["Ada Lovelace"]) for body in bodies])
+    assert gold[0].sum() == 1 and gold[1].sum() == 0
+
+    retrieval_logits = torch.tensor([[0.5, 1.5]])  # the block without the answer scores higher
+    with torch.no_grad():
+        span_logits = reader.span_logits(joint, spans)  # [2, spans]
+    joint_logits = joint_span_logits(span_logits[None], retrieval_logits, torch.tensor([[True, True]]))
+    loss, answerable = joint_reader_loss(joint_logits, gold.view(1, -1))
+
+    pairs = [
+        (float(span_logits[z, i]) + float(retrieval_logits[0, z]), bool(gold[z, i]))
+        for z in range(2)
+        for i in range(spans.valid.shape[1])
+        if spans.valid[z, i]
+    ]
+    all_scores = torch.tensor([score for score, _ in pairs], dtype=torch.float64)
+    gold_scores = torch.tensor([score for score, is_gold in pairs if is_gold], dtype=torch.float64)
+    expected = torch.logsumexp(all_scores, 0) - torch.logsumexp(gold_scores, 0)
+    assert answerable.tolist() == [True]
+    assert float(loss[0]) == pytest.approx(float(expected), rel=1e-5)
+
+    best = best_span(joint_logits[0], spans)
+    best_score = max(score for score, _ in pairs)
+    assert best.log_prob == pytest.approx(best_score - float(torch.logsumexp(all_scores, 0)), abs=1e-5)
+    start, end = best.start + len(question) + 2, best.end + len(question) + 2
+    assert float(span_logits[best.candidate, spans.index(best.start, best.end)]) + float(
+        retrieval_logits[0, best.candidate]
+    ) == pytest.approx(best_score, abs=1e-5)
+    assert spans.starts[best.candidate, spans.index(best.start, best.end)] == start
+    assert spans.ends[best.candidate, spans.index(best.start, best.end)] == end
+
+
+def test_a_question_with_no_gold_span_carries_no_loss_and_masked_blocks_no_probability(tiny_config, tokenizer):
+    reader = build_reader(tiny_config).eval()
+    question = tokenizer.encode("who wrote it")
+    joint, spans = reader_inputs(tokenizer, [(question, tokenizer.encode("the nile is long")), (question, [])])
+    span_logits = reader.span_logits(joint, spans)[None]  # [1, 2, spans]
+    joint_logits = joint_span_logits(span_logits, torch.tensor([[0.0, 5.0]]), torch.tensor([[True, False]]))
+    loss, answerable = joint_reader_loss(joint_logits, torch.zeros_like(joint_logits, dtype=torch.bool))
+    assert answerable.tolist() == [False] and loss.tolist() == [0.0]
+    assert loss.requires_grad
+    assert torch.softmax(joint_logits, -1)[0, spans.valid.shape[1]:].sum() == 0  # the empty, masked slot
+
+
+def test_spans_follow_a_body_cut_short_by_the_joint_length(tokenizer):
+    question, body = list(range(1000, 1100)), list(range(2000, 2300))
+    joint, spans = reader_inputs(tokenizer, [(question, body)])
+    kept = joint.input_ids.shape[1] - len(question) - 3
+    ends = spans.ends[0][spans.valid[0]]
+    assert kept < len(body) and ends.max() == joint.input_ids.shape[1] - 2  # last body wordpiece, before [SEP]
+    gold = spans.gold_mask([[(len(body) - 2, len(body) - 1), (0, 1)]])  # the first was cut off
+    assert gold.sum() == 1

@@ -1,0 +1,117 @@
+import logging
+
+import pytest
+import torch
+from transformers import BertModel
+
+from realm.model.networks.config import ModelConfig
+from realm.model.networks.inputs import block_sequence, pad_batch
+from realm.model.networks.retriever import Embedder, build_retriever, fit_projection_pca, relevance_scores
+from realm.model.tokenization import default_model_dir, join
+
+
+def _queries(tokenizer):
+    return pad_batch([join(tokenizer, tokenizer.encode(t)) for t in ["who won", "rivers of africa"]], tokenizer.pad_id)
+
+
+def test_towers_embed_to_128_and_score_by_inner_product(tiny_config, tokenizer):
+    retriever = build_retriever(tiny_config)
+    queries = retriever.embed_queries(_queries(tokenizer))
+    passages = retriever.embed_passages(
+        pad_batch([block_sequence(tokenizer, tokenizer.encode("nile"), tokenizer.encode("a river"))] * 3, tokenizer.pad_id)
+    )
+    assert queries.shape == (2, 128) and passages.shape == (3, 128)
+    scores = relevance_scores(queries, passages.expand(2, 3, 128))
+    torch.testing.assert_close(scores, queries @ passages.T)
+
+
+def test_towers_are_separate_encoders(tiny_config):
+    retriever = build_retriever(tiny_config)
+    query_params = {id(p) for p in retriever.query_embedder.parameters()}
+    assert not query_params & {id(p) for p in retriever.doc_embedder.parameters()}
+
+
+def test_frozen_doc_tower_builds_no_graph(tiny_config, tokenizer):
+    retriever = build_retriever(tiny_config, freeze_doc_tower=True)
+    passages = retriever.embed_passages(_queries(tokenizer))
+    assert not passages.requires_grad
+    assert retriever.embed_queries(_queries(tokenizer)).requires_grad
+
+
+def test_warm_start_copies_bert_and_keeps_requested_layers(caplog):
+    config = ModelConfig.preset("fast")
+    with caplog.at_level(logging.INFO, logger="realm.model.networks.config"):
+        embedder = build_retriever(config).query_embedder
+    reference = BertModel.from_pretrained(default_model_dir(), local_files_only=True)
+    assert embedder.config.num_hidden_layers == 2 and embedder.config.hidden_dropout_prob == 0.0
+    torch.testing.assert_close(
+        embedder.bert.encoder.layer[1].output.dense.weight, reference.encoder.layer[1].output.dense.weight
+    )
+    assert "freshly initialised" in caplog.text and "projection" in caplog.text
+
+
+def test_presets_state_their_trade():
+    assert ModelConfig.preset("tiny").model_dir is None
+    default = ModelConfig.preset("default")
+    assert default.dropout == 0.0 and default.cpu_bf16_autocast
+    assert ModelConfig.preset("paper").dropout == 0.1
+    assert ModelConfig.preset("tiny", dropout=0.0).dropout == 0.0
+    with pytest.raises(ValueError, match="unknown model preset"):
+        ModelConfig.preset("huge")
+
+
+def test_embedder_save_pretrained_round_trip(tiny_config, tmp_path, tokenizer):
+    embedder = build_retriever(tiny_config).query_embedder.eval()
+    embedder.save_pretrained(tmp_path)
+    loaded = Embedder.from_pretrained(tmp_path).eval()
+    inputs = _queries(tokenizer)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**inputs.as_kwargs()), embedder(**inputs.as_kwargs()), rtol=0, atol=0)
+
+
+def test_mean_pooling_ignores_padding(tokenizer):
+    embedder = build_retriever(ModelConfig.preset("tiny", retrieval_pooling="mean")).query_embedder.eval()
+    short, long = join(tokenizer, tokenizer.encode("nile")), join(tokenizer, tokenizer.encode("rivers of africa"))
+    with torch.no_grad():
+        alone = embedder(**pad_batch([short], tokenizer.pad_id).as_kwargs())
+        padded = embedder(**pad_batch([short, long], tokenizer.pad_id).as_kwargs())[:1]
+        cls_state = embedder.bert(**pad_batch([short], tokenizer.pad_id).as_kwargs()).last_hidden_state[:, 0]
+    torch.testing.assert_close(padded, alone)
+    assert not torch.allclose(embedder.projection(cls_state), alone)
+
+
+def test_pooling_survives_save_pretrained(tmp_path):
+    build_retriever(ModelConfig.preset("tiny", retrieval_pooling="mean")).doc_embedder.save_pretrained(tmp_path)
+    assert Embedder.from_pretrained(tmp_path).pooling == "mean"
+
+
+def test_pca_projection_keeps_centred_inner_products(tiny_config):
+    """hidden = retrieval_dim = 128 in the tiny preset, so the PCA projection is a rotation
+    after centring: projected inner products equal those of the centred vectors exactly."""
+    retriever = build_retriever(tiny_config)
+    scales = torch.cat([torch.tensor([10.0]), torch.linspace(3, 0.1, 127)])
+    pooled = torch.randn(300, 128) * scales + 5.0  # a shared offset, as sentence vectors have
+    fit_projection_pca([retriever.query_embedder, retriever.doc_embedder], pooled)
+    with torch.no_grad():
+        projected = retriever.doc_embedder.projection(pooled[:20])
+        queries = retriever.query_embedder.projection(pooled[20:30])
+    centred = pooled - pooled.mean(dim=0)
+    torch.testing.assert_close(queries @ projected.T, centred[20:30] @ centred[:20].T, rtol=1e-3, atol=1e-3)
+    # the first output is the direction of greatest variance: the first input axis
+    assert retriever.doc_embedder.projection.weight[0].abs().argmax().item() == 0
+
+
+def test_pca_projection_needs_enough_vectors_of_enough_dimensions(tiny_config):
+    retriever = build_retriever(tiny_config)
+    with pytest.raises(ValueError, match="needs >= 128 vectors"):
+        fit_projection_pca([retriever.doc_embedder], torch.randn(50, 128))
+    narrow = build_retriever(ModelConfig.preset("tiny", hidden_size=64, intermediate_size=128)).doc_embedder
+    with pytest.raises(ValueError, match="cannot project 64-d pooled vectors to 128 dimensions"):
+        fit_projection_pca([narrow], torch.randn(300, 64))
+
+
+def test_checkpoints_from_before_the_pooling_option_pool_cls(tmp_path, tiny_config):
+    embedder = build_retriever(tiny_config).doc_embedder
+    del embedder.config.retrieval_pooling
+    embedder.save_pretrained(tmp_path)
+    assert Embedder.from_pretrained(tmp_path).pooling == "cls"

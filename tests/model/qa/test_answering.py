@@ -1,0 +1,146 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from realm.model.qa.answering import Answerer, Evidence, answer_rank
+from realm.model.index.block_store import BlockStore
+from realm.model.networks.checkpoint import save_checkpoint
+from realm.model.networks.config import build_component
+from realm.model.networks.inputs import pad_batch
+from realm.model.index.bm25 import Bm25Index
+from realm.model.index.mips import BruteForceIndex, MipsIndex
+from realm.model.qa.question_retrieval import DenseRetriever
+from realm.model.networks.reader import build_reader, reader_inputs, span_text
+from realm.model.networks.retriever import Embedder
+from realm.model.tokenization import join
+from tests.model.corpus_fixture import CORPUS
+
+CPU = torch.device("cpu")
+QUESTIONS = [
+    "What is the capital of France?",
+    "Who wrote the first algorithm for the Analytical Engine?",
+    "Which river flows north into the Mediterranean Sea?",
+]
+
+
+@pytest.fixture
+def models(tiny_config):
+    return build_component(Embedder, tiny_config).eval(), build_reader(tiny_config).eval()
+
+
+@pytest.fixture
+def answerer(models, qa_corpus, tokenizer, tiny_config) -> Answerer:
+    blocks_path, index_path = qa_corpus
+    blocks = BlockStore.from_parquet(blocks_path, with_text=True)
+    query_embedder, reader = models
+    retriever = DenseRetriever(query_embedder, MipsIndex.load(index_path), tokenizer, tiny_config, CPU)
+    return Answerer(retriever, reader, blocks, tokenizer, tiny_config, CPU)
+
+
+@pytest.fixture(scope="module")
+def bm25_path(qa_corpus, tmp_path_factory) -> str:
+    return str(Bm25Index.from_blocks(qa_corpus[0]).save(tmp_path_factory.mktemp("bm25")))
+
+
+def _spans_of(tokenizer, blocks, block_id, max_span=10) -> set[str]:
+    body_ids, text = blocks.body_ids(block_id), blocks.text(block_id)
+    return {
+        span_text(tokenizer, body_ids, text, start, end)
+        for start in range(len(body_ids))
+        for end in range(start, min(start + max_span, len(body_ids)))
+    }
+
+
+def test_evidence_is_the_mips_top_k_with_probabilities_summing_to_one(answerer, tokenizer):
+    predictions = answerer.answer(QUESTIONS, num_read=3, num_retrieve=6, batch_size=2)
+    queries = pad_batch([join(tokenizer, tokenizer.encode(q)) for q in QUESTIONS], tokenizer.pad_id)
+    with torch.no_grad():
+        query_embeddings = answerer.retriever.query_embedder(**queries.as_kwargs()).numpy()
+    index = answerer.retriever.index
+    oracle = BruteForceIndex(np.asarray(index.vectors), index.block_ids)
+    _, oracle_ids = oracle.search(query_embeddings, 6)
+    texts = {block_id: (title, text) for block_id, title, text in CORPUS}
+
+    assert [p.question for p in predictions] == QUESTIONS
+    for prediction, expected_ids in zip(predictions, oracle_ids):
+        assert prediction.retrieved_block_ids == expected_ids.tolist()
+        probabilities = [e.probability for e in prediction.evidence]
+        assert sum(probabilities) == pytest.approx(1.0, abs=1e-5)
+        assert probabilities == sorted(probabilities, reverse=True)  # best first
+        assert all((e.title, e.text) == texts[e.block_id] for e in prediction.evidence)
+
+
+def test_answer_is_the_argmax_of_one_softmax_over_the_read_blocks_spans_scored_one_block_at_a_time(
+    answerer, tokenizer
+):
+    """Brute force: each read block through the reader alone (no batching, no padding); every
+    (block, span) scores log p(z|x) + span score, p(z|x) over the retrieved blocks (a constant
+    away from the retrieval logit); the answer is the argmax, its score the log of its share
+    of one softmax over all of them, and its text the block's own."""
+    num_read = 3
+    for prediction in answerer.answer(QUESTIONS, num_read=num_read, num_retrieve=6):
+        question_ids = tokenizer.encode(prediction.question)
+        scores, answers = [], []
+        for evidence in prediction.evidence[:num_read]:
+            body = answerer.blocks.body_ids(evidence.block_id)
+            joint, spans = reader_inputs(tokenizer, [(question_ids, body)])
+            with torch.no_grad():
+                span_logits = answerer.reader.span_logits(joint, spans)[0]  # [spans]
+            for span_index in spans.valid[0].nonzero().flatten().tolist():
+                scores.append(math.log(evidence.probability) + float(span_logits[span_index]))
+                answers.append((evidence.block_id, span_text(tokenizer, body, evidence.text, *spans.body_span(span_index))))
+        best = int(np.argmax(scores))
+        assert prediction.score == pytest.approx(scores[best] - float(torch.logsumexp(torch.tensor(scores), 0)), abs=1e-4)
+        assert (prediction.block_id, prediction.answer) == answers[best]
+        assert prediction.probability == pytest.approx(math.exp(prediction.score))
+        assert prediction.answer in _spans_of(tokenizer, answerer.blocks, prediction.block_id)
+
+
+def test_retrieving_more_than_the_corpus_returns_every_block_once(answerer):
+    (prediction,) = answerer.answer(QUESTIONS[:1], num_read=5, num_retrieve=20)
+    assert sorted(prediction.retrieved_block_ids) == sorted(b for b, _, _ in CORPUS)
+    assert sum(e.probability for e in prediction.evidence) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_from_checkpoint_answers_as_the_models_it_was_saved_from(answerer, models, qa_corpus, tiny_config, tmp_path):
+    blocks_path, index_path = qa_corpus
+    query_embedder, reader = models
+    checkpoint = save_checkpoint(tmp_path, 3, {"query_embedder": query_embedder, "reader": reader})
+    loaded = Answerer.from_checkpoint(str(checkpoint), index_path, blocks_path, tiny_config, CPU)
+    for want, got in zip(answerer.answer(QUESTIONS), loaded.answer(QUESTIONS)):
+        assert (got.answer, got.retrieved_block_ids) == (want.answer, want.retrieved_block_ids)
+        assert got.score == pytest.approx(want.score, abs=1e-5)
+
+    not_finetuned = save_checkpoint(tmp_path / "ict", 1, {"query_embedder": query_embedder})
+    with pytest.raises(ValueError, match="no reader"):
+        Answerer.from_checkpoint(str(not_finetuned), index_path, blocks_path, tiny_config, CPU)
+    reader_only = save_checkpoint(tmp_path / "bm25-reader", 1, {"reader": reader})
+    with pytest.raises(ValueError, match="no query_embedder to retrieve from the dense index"):
+        Answerer.from_checkpoint(str(reader_only), index_path, blocks_path, tiny_config, CPU)
+
+
+def test_bm25_answerer_reads_the_bm25_top_k_with_a_uniform_retrieval_distribution(
+    models, qa_corpus, bm25_path, tiny_config, tmp_path
+):
+    blocks_path, _ = qa_corpus
+    checkpoint = save_checkpoint(tmp_path, 1, {"reader": models[1]})
+    answerer = Answerer.from_checkpoint(str(checkpoint), bm25_path, blocks_path, tiny_config, CPU)
+    predictions = answerer.answer(QUESTIONS, num_read=2, num_retrieve=4)
+    _, expected_ids = Bm25Index.load(bm25_path).search_texts(QUESTIONS, 4)
+    for prediction, expected in zip(predictions, expected_ids):
+        assert prediction.retrieved_block_ids == expected.tolist()
+        assert [e.probability for e in prediction.evidence] == pytest.approx([0.25] * 4)
+        assert prediction.block_id in prediction.retrieved_block_ids[:2]
+        assert prediction.answer in _spans_of(answerer.tokenizer, answerer.blocks, prediction.block_id)
+    capital = dict(zip(QUESTIONS, predictions))["What is the capital of France?"]
+    assert "Paris" in capital.evidence[0].text  # the only block with both "capital" and "France"
+
+
+def test_answer_rank_finds_the_first_block_holding_an_answer():
+    evidence = [Evidence(1, "Nile", "The Nile is long.", 0.5), Evidence(2, "Curie", "Prizes in 1903 and 1911.", 0.5)]
+    assert answer_rank(evidence, ["the Nile"]) == 0
+    assert answer_rank(evidence, ["1911"]) == 1
+    assert answer_rank(evidence, [r"19(03|11)"], "regex") == 1
+    assert answer_rank(evidence, ["Amazon"]) is None

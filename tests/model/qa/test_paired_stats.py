@@ -1,0 +1,24 @@
+import math
+
+import pytest
+
+from realm.model.qa.paired_stats import bootstrap_interval, mcnemar_exact_p_value
+
+
+def test_mcnemar_exact_p_value_is_the_two_sided_binomial_tail_of_the_discordant_split():
+    assert mcnemar_exact_p_value(0, 0) == 1.0
+    assert mcnemar_exact_p_value(3, 0) == pytest.approx(0.25)  # 2 * (1/2)^3
+    assert mcnemar_exact_p_value(1, 9) == pytest.approx(2 * 11 / 1024)
+    assert mcnemar_exact_p_value(9, 1) == mcnemar_exact_p_value(1, 9)
+
+
+def test_bootstrap_interval_brackets_the_accuracy_and_narrows_with_more_examples():
+    small = bootstrap_interval([True] * 3 + [False] * 7)
+    large = bootstrap_interval([True] * 300 + [False] * 700)
+    assert small[0] < 0.3 < small[1] and large[0] < 0.3 < large[1]
+    assert large[1] - large[0] < 0.5 * (small[1] - small[0])
+    # ~ the normal approximation 0.3 ± 1.96·sqrt(0.3·0.7/1000) = ±0.028 for 1,000 examples
+    assert large == pytest.approx((0.3 - 0.028, 0.3 + 0.028), abs=0.006)
+    assert bootstrap_interval([True] * 5) == (1.0, 1.0)
+    assert all(math.isnan(v) for v in bootstrap_interval([]))
+    assert bootstrap_interval([True, False] * 20) == bootstrap_interval([True, False] * 20)  # seeded

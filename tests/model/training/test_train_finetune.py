@@ -1,0 +1,315 @@
+import dataclasses
+import hashlib
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from realm.model.qa.answering import Answerer
+from realm.model.index.block_store import BlockStore
+from realm.model.index.bm25 import Bm25Index
+from realm.model.networks.checkpoint import best_checkpoint, load_components, save_checkpoint
+from realm.model.networks.config import build_component
+from realm.model.networks.encoder import build_encoder
+from realm.model.training.stage_settings import FinetuneConfig
+from realm.model.networks.inputs import pad_batch
+from realm.model.index.mips import MipsIndex
+from realm.model.qa.qa_data import QAExample
+from realm.model.qa.question_retrieval import DenseRetriever
+from realm.model.networks.reader import build_reader, reader_inputs
+from realm.model.qa.gold_spans import find_gold_spans
+from realm.model.networks.retriever import Embedder
+from realm.model.tokenization import join
+from realm.model.training.train_finetune import (
+    WARM_START,
+    CandidateCache,
+    finetune_loss,
+    is_validation_question,
+    read_slots,
+    train_finetune,
+    validation_exact_match,
+)
+from tests.model.corpus_fixture import CORPUS
+
+CPU = torch.device("cpu")
+EXAMPLES = [
+    QAExample("What is the capital of France?", ["Paris"], "test"),
+    QAExample("Who wrote the first algorithm for the Analytical Engine?", ["Ada Lovelace"], "test"),
+    QAExample("Which river flows north into the Mediterranean Sea?", ["the Nile"], "test"),
+    QAExample("In which years did Marie Curie win Nobel Prizes?", [r"19(03|11)"], "trec", "regex"),
+]
+UNANSWERABLE = QAExample("Who painted the Mona Lisa?", ["Leonardo da Vinci"], "test")
+# Every block of the 8-block corpus is a candidate and is read, so every answerable question
+# is answerable in its read blocks; no validation unless a test asks for it.
+CONFIG = FinetuneConfig(
+    epochs=1, batch_size=3, learning_rate=1e-3, span_head_learning_rate=1e-3, warmup_fraction=0.25,
+    checkpoint_every=2, log_every=1, num_read=8, num_candidates=8, validation_fraction=0,
+)
+
+
+@pytest.fixture(scope="module")
+def distinct_vectors_index(tmp_path_factory, qa_corpus, blocks_table) -> str:
+    """An index of random Gaussian vectors: a random tiny doc tower embeds every block almost
+    alike, which leaves the query tower nothing to learn to rank by."""
+    vectors = np.random.default_rng(0).normal(size=(blocks_table.num_rows, 128)).astype(np.float32)
+    return str(MipsIndex.build(vectors, blocks_table["block_id"].to_numpy()).save(tmp_path_factory.mktemp("index"), 0))
+
+
+def _train(qa_corpus, root, tiny_config, config=CONFIG, examples=EXAMPLES, init_checkpoint=None, reader_init=None):
+    blocks_path, index_path = qa_corpus
+    logged = []
+    result = train_finetune(
+        examples, blocks_path, index_path, init_checkpoint, str(root), tiny_config, config, logged.append, CPU,
+        reader_init=reader_init,
+    )
+    return result, logged
+
+
+def _weights(checkpoint) -> dict[str, torch.Tensor]:
+    return {
+        f"{name}.{key}": value
+        for name, model in load_components(checkpoint).items()
+        for key, value in model.state_dict().items()
+    }
+
+
+def _digests(path: str) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in Path(path).iterdir()}
+
+
+def _cache(retriever, tokenizer, blocks, examples, tiny_config, config=CONFIG) -> CandidateCache:
+    return CandidateCache.build(retriever, tokenizer, blocks, examples, tiny_config, config)
+
+
+def test_loss_is_early_update_plus_the_joint_reader_loss_computed_by_brute_force(qa_corpus, tokenizer, tiny_config):
+    """One question, every block a candidate and read: retriever term −log Σ_{z with an answer}
+    p(z|x); reader term −log of the gold spans' share of one softmax over every (block, span),
+    each scored f(x,z) + its span score; f from the query tower and the stored vectors."""
+    blocks_path, index_path = qa_corpus
+    blocks, index = BlockStore.from_parquet(blocks_path, with_text=True), MipsIndex.load(index_path)
+    query_embedder, reader = build_component(Embedder, tiny_config).eval(), build_reader(tiny_config).eval()
+    example = EXAMPLES[0]
+    retriever = DenseRetriever(query_embedder, index, tokenizer, tiny_config, CPU)
+    candidates = _cache(retriever, tokenizer, blocks, [example], tiny_config)
+    loss, stats = finetune_loss(
+        retriever, reader, tokenizer, blocks, [example], candidates, np.array([0]), tiny_config, CONFIG, CPU
+    )
+
+    question_ids = tokenizer.encode(example.question)
+    with torch.no_grad():
+        query = query_embedder(**pad_batch([join(tokenizer, question_ids)], tokenizer.pad_id).as_kwargs())[0]
+        retrieval_logits, holds_answer, span_scores = [], [], []
+        for block_id in index.block_ids:
+            logit = float(query @ torch.from_numpy(index.lookup([block_id])[0]))
+            body = blocks.body_ids(int(block_id))
+            gold = find_gold_spans(tokenizer, body, example.answers)
+            joint, spans = reader_inputs(tokenizer, [(question_ids, body)])
+            gold_mask = spans.gold_mask([gold])[0]
+            span_logits = reader.span_logits(joint, spans)[0]
+            span_scores += [(logit + float(span_logits[i]), bool(gold_mask[i])) for i in range(len(span_logits)) if spans.valid[0, i]]
+            retrieval_logits.append(logit)
+            holds_answer.append(bool(gold))
+    log_p_z = torch.log_softmax(torch.tensor(retrieval_logits, dtype=torch.float64), 0)
+    retriever_loss = -torch.logsumexp(log_p_z[torch.tensor(holds_answer)], 0)
+    scores = torch.tensor([score for score, _ in span_scores], dtype=torch.float64)
+    gold_scores = torch.tensor([score for score, is_gold in span_scores if is_gold], dtype=torch.float64)
+    reader_loss = torch.logsumexp(scores, 0) - torch.logsumexp(gold_scores, 0)
+    assert sum(holds_answer) == 2  # "Paris" is in the Paris and the Seine blocks
+    assert candidates.holds_answer.sum() == 2
+    assert stats.retriever_loss == pytest.approx(float(retriever_loss), rel=1e-4)
+    assert stats.reader_loss == pytest.approx(float(reader_loss), rel=1e-4)
+    assert loss.item() == pytest.approx(float(retriever_loss + reader_loss), rel=1e-4)
+
+
+def test_read_slots_are_the_best_scored_with_a_gold_block_swapped_in_when_none_is():
+    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0], [3.0, 2.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    holds_answer = torch.tensor([[False, True, False, False], [False, False, True, True], [False, False, False, False]])
+    read, swapped = read_slots(logits, holds_answer, 2)
+    assert read.tolist() == [[0, 1], [0, 2], [0, 1]]  # ties (BM25's uniform logits) keep the retrieval order
+    assert swapped.tolist() == [False, True, False]  # the last row has no gold block to swap in
+
+
+def test_gradients_reach_only_the_trained_towers_and_a_swapped_in_gold_block_is_counted(qa_corpus, tokenizer, tiny_config):
+    blocks_path, index_path = qa_corpus
+    blocks, index = BlockStore.from_parquet(blocks_path, with_text=True), MipsIndex.load(index_path)
+    query_embedder, reader = build_component(Embedder, tiny_config), build_reader(tiny_config)
+    retriever = DenseRetriever(query_embedder, index, tokenizer, tiny_config, CPU)
+    config = CONFIG.model_copy(update={"num_read": 1})
+    candidates = _cache(retriever, tokenizer, blocks, EXAMPLES, tiny_config, config)
+    # The Curie block is the only one holding 1903/1911; with one block read, it is read
+    # whatever the untrained tower ranks first.
+    loss, stats = finetune_loss(
+        retriever, reader, tokenizer, blocks, EXAMPLES, candidates, np.array([3]), tiny_config, config, CPU
+    )
+    first = int(np.argmax(retriever.score([tokenizer.encode(EXAMPLES[3].question)], candidates.block_ids[[3]], candidates.found[[3]]).detach().numpy()))
+    assert stats.without_answer_in_read == int(not candidates.holds_answer[3, first])
+    assert math.isfinite(loss.item()) and stats.reader_loss > 0
+    loss.backward()
+    for model in (query_embedder, reader):
+        assert model.bert.encoder.layer[0].output.dense.weight.grad.abs().sum() > 0
+
+
+def test_validation_questions_are_chosen_by_question_hash():
+    questions = [f"question number {i}" for i in range(2000)]
+    held = [q for q in questions if is_validation_question(q, 0.1)]
+    assert 150 < len(held) < 250  # ~10%
+    assert held == [q for q in reversed(questions) if is_validation_question(q, 0.1)][::-1]  # order-free
+    assert not any(is_validation_question(q, 0.0) for q in questions)
+
+
+def test_both_terms_fall_on_a_memorisable_set_and_questions_without_an_answer_are_left_out(
+    qa_corpus, distinct_vectors_index, tmp_path, tiny_config
+):
+    before = _digests(distinct_vectors_index)
+    config = CONFIG.model_copy(update={"epochs": 20, "batch_size": 4, "checkpoint_every": 20})
+    result, logged = _train(
+        (qa_corpus[0], distinct_vectors_index), tmp_path, tiny_config, config, examples=[*EXAMPLES, UNANSWERABLE]
+    )
+
+    assert len(logged) == 20 and all(math.isfinite(m["loss"]) for m in logged)
+    for term in ("retriever_loss", "reader_loss"):
+        losses = [m[term] for m in logged]
+        assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5]), term
+    # 4 answerable questions x 20 epochs / 4 a batch; the Mona Lisa question is in no block.
+    assert result["step"] == 20 and result["examples_seen"] == 80
+    assert result["training_questions"] == 4 and result["without_answer_in_candidates"] == 1
+    assert result["examples_without_answer_in_read"] == 0  # every block is read
+    assert sorted(p.name for p in Path(result["checkpoint"]).iterdir() if p.is_dir()) == ["query_embedder", "reader"]
+    assert _digests(distinct_vectors_index) == before
+
+
+def test_the_best_validated_checkpoint_is_published_and_its_exact_match_is_what_it_scores(
+    qa_corpus, tmp_path, tokenizer, tiny_config
+):
+    examples = [*EXAMPLES, QAExample("Where does the Seine flow into the English Channel?", ["Le Havre"], "test")]
+    fraction = next(f for f in np.arange(0.05, 1, 0.05) if 1 <= sum(is_validation_question(e.question, f) for e in examples) <= 2)
+    validation = [e for e in examples if is_validation_question(e.question, fraction)]
+    config = CONFIG.model_copy(update={"epochs": 6, "batch_size": 2, "validation_fraction": float(fraction)})
+    result, logged = _train(qa_corpus, tmp_path, tiny_config, config, examples=examples)
+
+    assert result["validation_questions"] == len(validation)
+    validated = {m["step"]: m["validation_exact_match"] for m in logged if "validation_exact_match" in m}
+    assert sorted(validated) == list(range(2, result["step"], 2)) + [result["step"]]  # at every checkpoint
+    assert max(validated.values()) == result["best_validation_em"]
+    best = Path(result["checkpoint"])
+    assert best.parent.name == "best" and best_checkpoint(tmp_path) == best
+    answerer = Answerer.from_checkpoint(str(best), qa_corpus[1], qa_corpus[0], tiny_config, CPU)
+    assert validation_exact_match(answerer, validation, config.num_read) == result["best_validation_em"]
+
+
+def test_resume_continues_exactly_where_it_stopped(qa_corpus, tmp_path, tiny_config):
+    """A crash after the step-2 checkpoint (step 4's removed) and a rerun give the same steps
+    3-4 as the uninterrupted run: same batches, dropout masks, optimizer and schedule."""
+    config = CONFIG.model_copy(update={"epochs": 3})  # 4 questions x 3 epochs / 3 a batch = 4 steps
+    straight, straight_log = _train(qa_corpus, tmp_path, tiny_config, config)
+    straight_weights = _weights(straight["checkpoint"])
+    shutil.rmtree(straight["checkpoint"])
+
+    resumed, resumed_log = _train(qa_corpus, tmp_path, tiny_config, config)
+    assert [m["step"] for m in resumed_log] == [3, 4]
+    assert [m["loss"] for m in resumed_log] == [m["loss"] for m in straight_log[2:]]
+    resumed_weights = _weights(resumed["checkpoint"])
+    assert all(torch.equal(resumed_weights[key], value) for key, value in straight_weights.items())
+    assert resumed["examples_seen"] == straight["examples_seen"] == 12
+
+    shutil.rmtree(resumed["checkpoint"])  # resuming from step 2 again, but on another question file
+    with pytest.raises(ValueError, match="other questions or candidate settings"):
+        _train(qa_corpus, tmp_path, tiny_config, config, examples=EXAMPLES[:3])
+
+
+def test_a_fresh_run_starts_from_the_pretrained_query_tower_and_encoder(qa_corpus, tmp_path, tiny_config):
+    pretrained = {
+        "query_embedder": build_component(Embedder, tiny_config),
+        "doc_embedder": build_component(Embedder, tiny_config),
+        "encoder": build_encoder(tiny_config),
+    }
+    init = save_checkpoint(tmp_path / "pretrain", 100, pretrained)
+    result, _ = _train(
+        qa_corpus, tmp_path / "finetune", tiny_config, CONFIG.model_copy(update={"epochs": 0}), init_checkpoint=str(init)
+    )
+    started = load_components(result["checkpoint"])
+    assert sorted(started) == ["query_embedder", "reader"]
+    for key, value in pretrained["query_embedder"].state_dict().items():
+        assert torch.equal(started["query_embedder"].state_dict()[key], value), key
+    for key, value in pretrained["encoder"].bert.state_dict().items():
+        assert torch.equal(started["reader"].bert.state_dict()[key], value), key
+
+
+def test_the_query_tower_keeps_the_depth_and_pooling_of_its_checkpoint(qa_corpus, tmp_path, tiny_config):
+    """A sentence-encoder start (deeper than the preset, mean-pooled) fine-tunes as it was built."""
+    tower_config = dataclasses.replace(tiny_config, num_layers=3, retrieval_pooling="mean", dropout=0.0)
+    towers = {name: build_component(Embedder, tower_config) for name in ("query_embedder", "doc_embedder")}
+    init = save_checkpoint(tmp_path / "ict", 0, towers)
+    result, _ = _train(
+        qa_corpus, tmp_path / "finetune", tiny_config, CONFIG.model_copy(update={"epochs": 0}), init_checkpoint=str(init)
+    )
+    query_tower = load_components(result["checkpoint"])["query_embedder"]
+    assert query_tower.pooling == "mean" and query_tower.config.num_hidden_layers == 3
+    assert query_tower.config.hidden_dropout_prob == tiny_config.dropout  # the preset's, not the checkpoint's
+
+
+def test_reader_init_gives_the_ablations_their_mixed_starting_points(qa_corpus, tmp_path, tiny_config):
+    """REALM retriever + baseline encoder: the query tower from one checkpoint, the reader from
+    another's encoder, or from the warm start when that one (ICT's) has no encoder."""
+    realm = {"query_embedder": build_component(Embedder, tiny_config), "encoder": build_encoder(tiny_config)}
+    other_encoder = {"query_embedder": build_component(Embedder, tiny_config), "encoder": build_encoder(tiny_config)}
+    ict = {"query_embedder": build_component(Embedder, tiny_config), "doc_embedder": build_component(Embedder, tiny_config)}
+    paths = {name: str(save_checkpoint(tmp_path / name, 1, components))
+             for name, components in (("realm", realm), ("other", other_encoder), ("ict", ict))}
+    no_steps = CONFIG.model_copy(update={"epochs": 0})
+
+    mixed, _ = _train(qa_corpus, tmp_path / "mixed", tiny_config, no_steps, init_checkpoint=paths["realm"], reader_init=paths["other"])
+    started = load_components(mixed["checkpoint"])
+    for key, value in realm["query_embedder"].state_dict().items():
+        assert torch.equal(started["query_embedder"].state_dict()[key], value), key
+    for key, value in other_encoder["encoder"].bert.state_dict().items():
+        assert torch.equal(started["reader"].bert.state_dict()[key], value), key
+
+    for name, reader_init in (("from-ict", paths["ict"]), ("warm-start", WARM_START)):
+        baseline, _ = _train(qa_corpus, tmp_path / name, tiny_config, no_steps, init_checkpoint=paths["realm"], reader_init=reader_init)
+        reader = load_components(baseline["checkpoint"])["reader"].bert.state_dict()
+        assert not all(torch.equal(reader[k], v) for k, v in realm["encoder"].bert.state_dict().items()), name
+
+
+def test_bm25_fine_tuning_trains_the_reader_alone_and_checkpoints_only_it(qa_corpus, tmp_path, tiny_config):
+    bm25_path = str(Bm25Index.from_blocks(qa_corpus[0]).save(tmp_path / "bm25"))
+    config = CONFIG.model_copy(update={"epochs": 12, "batch_size": 4, "checkpoint_every": 12, "num_read": 3, "num_candidates": 3})
+    result, logged = _train((qa_corpus[0], bm25_path), tmp_path / "finetune", tiny_config, config)
+    assert result["step"] == math.ceil(12 * result["training_questions"] / 4)
+    assert all(m["retriever_loss"] == 0.0 for m in logged)
+    readers = [m["reader_loss"] for m in logged]
+    assert np.mean(readers[-3:]) < 0.5 * np.mean(readers[:3])
+    assert sorted(p.name for p in Path(result["checkpoint"]).iterdir() if p.is_dir()) == ["reader"]
+
+
+def test_a_questions_excluded_blocks_are_never_among_its_candidates(qa_corpus, tokenizer, tiny_config, distinct_vectors_index):
+    """A cloze question's own block (Paris's) is no candidate: the other seven are, in
+    retrieval order, and the answer it holds is found only where another block repeats it."""
+    blocks = BlockStore.from_parquet(qa_corpus[0], with_text=True)
+    retriever = DenseRetriever(
+        build_component(Embedder, tiny_config).eval(), MipsIndex.load(distinct_vectors_index), tokenizer, tiny_config, CPU
+    )
+    question = "what is the capital and largest city of France, on the river Seine."
+    free, excluded = QAExample(question, ["Paris"], "cloze"), QAExample(question, ["Paris"], "cloze", excluded_block_ids=(-7,))
+    everything, cloze = (_cache(retriever, tokenizer, blocks, [e], tiny_config) for e in (free, excluded))
+
+    assert sorted(everything.block_ids[0].tolist()) == sorted(b for b, _, _ in CORPUS)
+    assert cloze.block_ids[0].tolist() == [b for b in everything.block_ids[0].tolist() if b != -7] + [-1]
+    assert cloze.found[0].tolist() == [True] * 7 + [False]
+    holding = {int(b) for b, held in zip(cloze.block_ids[0], cloze.holds_answer[0]) if held}
+    assert holding == {11}  # "The Seine flows through Paris ..."
+
+
+def test_a_warmed_up_reader_starts_fine_tuning_whole_span_head_included(qa_corpus, tmp_path, tiny_config):
+    warmed = {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(tiny_config)}
+    init = save_checkpoint(tmp_path / "warmup", 7, warmed)
+    result, _ = _train(
+        qa_corpus, tmp_path / "finetune", tiny_config, CONFIG.model_copy(update={"epochs": 0}), init_checkpoint=str(init)
+    )
+    started = load_components(result["checkpoint"])
+    for name in ("query_embedder", "reader"):
+        for key, value in warmed[name].state_dict().items():
+            assert torch.equal(started[name].state_dict()[key], value), f"{name}.{key}"

@@ -1,0 +1,244 @@
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from realm.model.index.embed_corpus import embed_blocks, load_embeddings
+from realm.model.index.mips import MipsIndex, read_manifest
+from realm.model.index.rebuild import fit_block_batch, rebuild_index
+from realm.model.training.pretrain_step import encoder_log_likelihood, encoder_log_probs, make_pretrain_batch, retrieve
+from realm.model.networks.retriever import Embedder
+from realm.model.training.stage_settings import PretrainConfig
+from realm.model.training.train_pretrain import (
+    PretrainTrainer,
+    attach_index,
+    marginal_predictions,
+    span_correct,
+)
+from realm.schemas import BLOCKS, PRETRAIN_EXAMPLES, write_table
+from tests.model.corpus_fixture import CORPUS
+
+CPU = torch.device("cpu")
+# Short lengths and a small k keep a tiny-preset step well under a second.
+# Both towers trained from the first step, candidates re-embedded by the doc tower (REALM's
+# own recipe; the stage's defaults freeze the retriever).
+CONFIG = PretrainConfig(
+    steps=4, batch_size=2, num_candidates=4, learning_rate=1e-3, warmup_steps=1, heldout_examples=4,
+    max_query_wordpieces=24, max_block_wordpieces=24, cached_doc_embeddings=False, retriever_frozen_steps=0,
+)
+OUTSIDE_CORPUS = 10**6  # origin block ids of the examples: not in Z, so no block is forbidden
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, tokenizer, blocks_table) -> tuple[str, str]:
+    """(blocks path, examples path): each corpus sentence twice as a pre-training example, its
+    title's wordpieces masked (or, for the second copy of the first two, no salient span)."""
+    root = tmp_path_factory.mktemp("pretrain")
+    blocks_path = write_table(str(root / "blocks" / "part-0.parquet"), blocks_table, BLOCKS)
+    rows = []
+    for copy in range(2):
+        for i, (_, title, text) in enumerate(CORPUS):
+            token_ids, title_ids = tokenizer.encode(text), tokenizer.encode(title)
+            start = next(s for s in range(len(token_ids)) if token_ids[s : s + len(title_ids)] == title_ids)
+            salient = copy == 0 or i >= 2
+            rows.append(
+                {
+                    "example_id": len(rows),
+                    "origin_block_id": OUTSIDE_CORPUS + i,
+                    "forbidden_block_ids": [OUTSIDE_CORPUS + i],
+                    "text": text,
+                    "token_ids": token_ids,
+                    "spans": [],
+                    "masked_token_positions": list(range(start, start + len(title_ids))) if salient else [],
+                }
+            )
+    examples_path = write_table(str(root / "examples" / "part-0.parquet"), rows, PRETRAIN_EXAMPLES)
+    return blocks_path, examples_path
+
+
+def _trainer(corpus, root: Path, tiny_config, config=CONFIG) -> PretrainTrainer:
+    blocks_path, examples_path = corpus
+    trainer = PretrainTrainer(blocks_path, examples_path, str(root / "checkpoints"), tiny_config, config, device=CPU)
+    attach_index(trainer, str(root / "index"), str(root / "embeddings"), str(root / "snapshots"))
+    return trainer
+
+
+def _run(trainer: PretrainTrainer, steps: int) -> list[dict]:
+    return [trainer.train_step() for _ in range(steps)]
+
+
+def _comparable(metrics: list[dict]) -> list[dict]:
+    timing = {"steps_per_s", "eta_s", "elapsed_s"}
+    return [{k: v for k, v in m.items() if k not in timing} for m in metrics]
+
+
+def test_resume_from_a_checkpoint_repeats_the_uninterrupted_run_exactly(corpus, tmp_path, tiny_config):
+    straight = _run(_trainer(corpus, tmp_path / "straight", tiny_config), 4)
+
+    first = _trainer(corpus, tmp_path / "split", tiny_config)
+    assert _comparable(_run(first, 2)) == _comparable(straight[:2])
+    first.save_checkpoint()
+    resumed = _trainer(corpus, tmp_path / "split", tiny_config)  # reloads index/0, which it was using
+    assert (resumed.step, resumed.index_snapshot_step) == (2, 0)
+    resumed.evaluate_masked_spans()  # draws no random numbers: the next steps are unchanged
+    assert _comparable(_run(resumed, 2)) == _comparable(straight[2:])
+
+
+def test_step_reports_the_documented_metrics(corpus, tmp_path, tiny_config):
+    metrics = _trainer(corpus, tmp_path, tiny_config).train_step()
+    assert np.isfinite(metrics["loss"]) and 0.0 <= metrics["mlm_accuracy"] <= 1.0
+    assert 0.0 <= metrics["retrieval_entropy"] <= np.log(CONFIG.num_candidates) + 1e-6
+    assert 0.0 < metrics["null_document_probability"] < 1.0
+    assert (metrics["step"], metrics["index_snapshot_step"], metrics["index_age"]) == (1, 0, 1)
+
+
+def test_random_spans_ablation_masks_every_example_randomly(corpus, tmp_path, tiny_config):
+    config = CONFIG.model_copy(update=dict(random_spans=True))
+    metrics = _trainer(corpus, tmp_path, tiny_config, config).train_step()
+    assert metrics["num_random_spans"] == config.batch_size
+
+
+def test_cached_mode_freezes_the_doc_tower(corpus, tmp_path, tiny_config):
+    config = CONFIG.model_copy(update=dict(cached_doc_embeddings=True))
+    trainer = _trainer(corpus, tmp_path, tiny_config, config)
+    before = {k: v.clone() for k, v in trainer.retriever.doc_embedder.state_dict().items()}
+    query_before = trainer.retriever.query_embedder.projection.weight.clone()
+    _run(trainer, 2)
+    assert all(torch.equal(v, trainer.retriever.doc_embedder.state_dict()[k]) for k, v in before.items())
+    assert not torch.equal(query_before, trainer.retriever.query_embedder.projection.weight)
+
+
+def test_neither_tower_trains_before_retriever_frozen_steps(corpus, tmp_path, tiny_config):
+    config = CONFIG.model_copy(update=dict(retriever_frozen_steps=2))
+    trainer = _trainer(corpus, tmp_path, tiny_config, config)
+    towers = {"query": trainer.retriever.query_embedder, "doc": trainer.retriever.doc_embedder}
+    start = {name: {k: v.clone() for k, v in tower.state_dict().items()} for name, tower in towers.items()}
+    encoder_start = trainer.encoder.cls.predictions.transform.dense.weight.clone()
+    _run(trainer, 2)
+    for name, tower in towers.items():
+        assert all(torch.equal(v, tower.state_dict()[k]) for k, v in start[name].items()), name
+    assert not torch.equal(encoder_start, trainer.encoder.cls.predictions.transform.dense.weight)
+    _run(trainer, 1)
+    for name, tower in towers.items():
+        assert not torch.equal(start[name]["projection.weight"], tower.projection.weight), name
+
+
+def test_resume_across_the_end_of_the_retriever_freeze_is_exact(corpus, tmp_path, tiny_config):
+    config = CONFIG.model_copy(update=dict(retriever_frozen_steps=2))
+    straight = _run(_trainer(corpus, tmp_path / "straight", tiny_config, config), 4)
+    first = _trainer(corpus, tmp_path / "split", tiny_config, config)
+    _run(first, 1)
+    first.save_checkpoint()
+    resumed = _trainer(corpus, tmp_path / "split", tiny_config, config)
+    assert _comparable(_run(resumed, 3)) == _comparable(straight[1:])
+
+
+def test_swap_index_reports_staleness_and_the_next_step_searches_the_new_index(corpus, tmp_path, tiny_config):
+    trainer = _trainer(corpus, tmp_path, tiny_config)
+    _run(trainer, 3)
+    kept_ids = np.array([CORPUS[0][0], CORPUS[1][0], CORPUS[2][0]], dtype=np.int64)
+    index = MipsIndex.build(np.eye(3, 128, dtype=np.float32), kept_ids)
+    searched = []
+    search = index.search
+    index.search = lambda queries, k: searched.append(search(queries, k)) or searched[-1]
+    assert trainer.swap_index(index, snapshot_step=1) == 2
+    metrics = trainer.train_step()
+    assert (metrics["index_snapshot_step"], metrics["index_age"]) == (1, 3)
+    (_, hit_ids), = searched
+    assert set(hit_ids.ravel().tolist()) <= {*kept_ids.tolist(), -1}  # -1: past the 3-block index
+
+    trainer.save_checkpoint()
+    resumed = PretrainTrainer(*corpus, str(tmp_path / "checkpoints"), tiny_config, CONFIG, device=CPU)
+    assert (resumed.step, resumed.index_snapshot_step) == (4, 1)
+
+
+def test_rebuild_index_publishes_the_snapshot_embeddings_while_training_runs(corpus, tmp_path, tiny_config, tokenizer):
+    blocks_path, _ = corpus
+    trainer = _trainer(corpus, tmp_path, tiny_config)
+    snapshot = trainer.snapshot_doc_tower(str(tmp_path / "snapshots" / "7"))
+    refreshed = {}
+    thread = threading.Thread(
+        target=lambda: refreshed.update(path=rebuild_index(
+            blocks_path, snapshot, str(tmp_path / "embeddings"), str(tmp_path / "index"), 7, tiny_config, CPU,
+            CONFIG.max_block_wordpieces,
+        ))
+    )
+    thread.start()
+    trainer.train_step()  # the main thread trains meanwhile (and changes the live doc tower)
+    thread.join()
+
+    assert read_manifest(refreshed["path"])["checkpoint_step"] == 7
+    index = MipsIndex.load(refreshed["path"])
+    batches = pq.ParquetFile(blocks_path).iter_batches()
+    blocks = pa.Table.from_batches([fit_block_batch(b, CONFIG.max_block_wordpieces) for b in batches])
+    embed_blocks(Embedder.from_pretrained(snapshot), tokenizer, blocks, str(tmp_path / "oracle"), 7, device=CPU)
+    block_ids, vectors = load_embeddings(str(tmp_path / "oracle"))
+    assert np.array_equal(index.block_ids, block_ids)
+    np.testing.assert_array_equal(np.asarray(index.vectors), vectors)
+
+
+def test_the_loss_goes_down_on_the_toy_corpus(corpus, tmp_path, tiny_config):
+    """Every step sees all 12 training examples, so the loss is comparable step to step."""
+    config = CONFIG.model_copy(update=dict(batch_size=12))
+    losses = [metrics["loss"] for metrics in _run(_trainer(corpus, tmp_path, tiny_config, config), 4)]
+    assert losses[-1] < losses[0]
+
+
+def test_evaluate_masked_spans_reports_both_accuracies_on_the_heldout_examples(corpus, tmp_path, tiny_config):
+    result = _trainer(corpus, tmp_path, tiny_config).evaluate_masked_spans()
+    n = result["examples"]
+    assert n == CONFIG.heldout_examples
+    assert 0.0 <= result["accuracy_with_retrieval"] <= 1.0 and 0.0 <= result["accuracy_null_only"] <= 1.0
+    assert 0.0 <= result["span_in_candidates"] <= 1.0
+    # The accuracies differ by exactly the discordant examples, which a paired test reads.
+    difference = round(n * result["accuracy_with_retrieval"]) - round(n * result["accuracy_null_only"])
+    assert difference == result["right_only_with_retrieval"] - result["right_only_null"]
+    found = round(n * result["span_in_candidates"])
+    assert 0 <= result["span_in_candidates_right_with_retrieval"] <= min(found, round(n * result["accuracy_with_retrieval"]))
+    assert 0 <= result["span_in_candidates_right_null_only"] <= min(found, round(n * result["accuracy_null_only"]))
+
+
+def test_evaluation_on_never_trained_on_rows(corpus, tmp_path, tiny_config):
+    trainer = _trainer(corpus, tmp_path, tiny_config)
+    _run(trainer, 2)  # 4 of the 12 training examples drawn
+    rows = trainer.untrained_rows(100)
+    assert len(rows) == len(trainer.train_rows) - 2 * CONFIG.batch_size
+    assert trainer.evaluate_masked_spans(rows)["examples"] == len(rows)
+
+
+def test_marginal_predictions_take_the_argmax_of_the_mixture_per_position():
+    # Two candidates over a 3-word vocabulary, one masked slot: candidate 0 is confident in
+    # word 0, candidate 1 less so in word 1; p(z) tips the mixture to word 1.
+    vocab = torch.log(torch.tensor([[[[0.9, 0.1, 0.0]]], [[[0.0, 0.6, 0.4]]]]).transpose(0, 1) + 1e-12)  # [1, 2, 1, 3]
+    log_p_z = torch.log(torch.tensor([[0.3, 0.7]]))
+    assert marginal_predictions(log_p_z, vocab).tolist() == [[1]]  # 0.27 / 0.45 / 0.28
+    assert marginal_predictions(torch.log(torch.tensor([[0.6, 0.4]])), vocab).tolist() == [[0]]
+
+
+def test_a_span_counts_only_when_every_masked_wordpiece_is_right(tokenizer):
+    example = {"example_id": 1, "origin_block_id": 1, "forbidden_block_ids": [1], "token_ids": [2000, 2001, 2002]}
+    batch = make_pretrain_batch(
+        tokenizer, [{**example, "masked_token_positions": [0, 1]}, {**example, "masked_token_positions": [2]}]
+    )
+    assert span_correct(torch.tensor([[2000, 2001], [2002, 0]]), batch).tolist() == [True, True]
+    assert span_correct(torch.tensor([[2000, 9], [2002, 9]]), batch).tolist() == [False, True]
+
+
+def test_encoder_log_probs_hold_the_likelihood_of_the_targets(corpus, tmp_path, tiny_config):
+    trainer = _trainer(corpus, tmp_path, tiny_config)
+    trainer.encoder.eval()
+    batch = trainer._batch(trainer.train_rows[:3])
+    with torch.no_grad():
+        _, candidates = retrieve(trainer.retriever, trainer._index_in_use(), batch, CONFIG.num_candidates, CPU)
+        expected = encoder_log_likelihood(trainer.encoder, trainer.tokenizer, trainer.blocks, batch, candidates, CPU)
+        log_p, vocab_log_probs = encoder_log_probs(
+            trainer.encoder, trainer.tokenizer, trainer.blocks, batch, candidates, CPU
+        )
+    torch.testing.assert_close(log_p, expected)
+    targets = batch.mlm_targets[:, None, :, None].expand(-1, CONFIG.num_candidates, -1, 1)  # [batch, k, max_masks, 1]
+    from_vocab = (vocab_log_probs.gather(3, targets).squeeze(3) * batch.mlm_mask[:, None, :]).sum(dim=2)
+    torch.testing.assert_close(from_vocab, expected)

@@ -1,0 +1,56 @@
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from realm.schemas import DOCUMENTS, EMBEDDINGS, SchemaMismatchError, read_table, write_table
+
+DOCUMENT = {"doc_id": "vital:1", "source": "vital", "title": "Paris", "text": "Paris is a city.", "url": None, "date": None}
+
+
+def test_an_artifact_written_with_its_schema_reads_back_equal_across_shards(tmp_path):
+    second = {**DOCUMENT, "doc_id": "vital:2", "title": "Lyon", "url": "https://x/Lyon"}
+    write_table(str(tmp_path / "documents" / "part-0.parquet"), [DOCUMENT], DOCUMENTS)
+    write_table(str(tmp_path / "documents" / "part-1.parquet"), [second], DOCUMENTS)
+    table = read_table(str(tmp_path / "documents"), DOCUMENTS)
+    assert table.schema == DOCUMENTS
+    assert table.to_pylist() == [DOCUMENT, second]
+    assert sorted(p.name for p in (tmp_path / "documents").iterdir()) == ["part-0.parquet", "part-1.parquet"]
+
+
+def test_compatible_physical_types_are_cast_to_the_contract(tmp_path):
+    """Beam and pandas write large strings, int32 for int64 and plain lists for fixed-size ones."""
+    path = str(tmp_path / "embeddings.parquet")
+    pq.write_table(
+        pa.table({
+            "block_id": pa.array([7], pa.int32()),
+            "embedding": pa.array([[0.5] * 128], pa.list_(pa.float32())),
+            "checkpoint_step": pa.array([3], pa.int64()),
+            "extra": pa.array(["ignored"], pa.large_string()),
+        }),
+        path,
+    )
+    table = read_table(path, EMBEDDINGS)
+    assert table.schema == EMBEDDINGS and table.column("block_id").to_pylist() == [7]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda t: t.drop(["title"]), "missing column 'title'"),
+        (lambda t: t.set_column(2, "title", pa.array([3], pa.int64())), "column 'title' has type int64, expected string"),
+        (lambda t: t.set_column(0, "doc_id", pa.array([None], pa.string())), "column 'doc_id' holds nulls but is required"),
+    ],
+)
+def test_a_file_that_breaks_the_contract_is_refused_naming_the_file_and_column(tmp_path, change, message):
+    path = str(tmp_path / "bad.parquet")
+    pq.write_table(change(pa.Table.from_pylist([DOCUMENT], schema=DOCUMENTS)), path)
+    with pytest.raises(SchemaMismatchError, match=f"^{path}: {message}"):
+        read_table(path, DOCUMENTS)
+
+
+def test_an_empty_or_missing_artifact_is_a_clear_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="holds no .parquet files"):
+        read_table(str(tmp_path / "empty"), DOCUMENTS)
+    with pytest.raises(FileNotFoundError, match="no such artifact"):
+        read_table(str(tmp_path / "absent"), DOCUMENTS)

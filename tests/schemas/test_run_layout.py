@@ -1,0 +1,20 @@
+import pytest
+
+from realm.schemas.run_layout import RunLayout
+
+
+def test_every_artifact_lives_under_the_one_root(tmp_path):
+    layout = RunLayout.at(tmp_path / "run")
+    assert layout.blocks == str(tmp_path / "run" / "blocks")
+    assert layout.checkpoints("warmup") == str(tmp_path / "run" / "checkpoints" / "warmup")
+    assert layout.predictions == tmp_path / "run" / "predictions"
+
+
+def test_a_run_root_remembers_its_model_preset_and_refuses_another(tmp_path):
+    layout = RunLayout.at(tmp_path / "run")
+    assert layout.model_preset() is None
+    layout.record_model_preset("default")
+    layout.record_model_preset("default")
+    assert RunLayout.at(tmp_path / "run").model_preset() == "default"
+    with pytest.raises(ValueError, match="trained with model preset 'default', not 'tiny'"):
+        layout.record_model_preset("tiny")
