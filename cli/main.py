@@ -217,21 +217,20 @@ def _reproduce(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _ask(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
+    if not args.question.strip():
+        raise SystemExit("realm ask: the question is empty")
     _print_answer(_run_answerer(args.run, args.device), args.question, args.num_read, args.evidence)
     return 0
 
 
 def _run_answerer(run_root: str, device: str | None):
-    """The Answerer of a trained run (`Answerer.from_run`); a clear exit when it is not one."""
+    """The Answerer of a trained run (`Answerer.from_run`)."""
     from realm.model.networks.device import select_device
     from realm.model.qa.answering import Answerer
     from realm.model.training.loop import set_transformers_verbosity_error
 
     set_transformers_verbosity_error()
-    try:
-        return Answerer.from_run(run_root, device=select_device(device))
-    except FileNotFoundError as error:
-        raise SystemExit(str(error)) from None
+    return Answerer.from_run(run_root, device=select_device(device))
 
 
 def _print_answer(answerer, question: str, num_read: int, evidence: int) -> None:
@@ -279,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="realm", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error (also REALM_DEBUG=1)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     prepare = commands.add_parser(
         "prepare",
@@ -357,7 +357,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    return args.handler(args, extra)
+    from realm.model.qa.qa_data import QAFormatError
+    from realm.schemas import SchemaMismatchError
+
+    try:
+        return args.handler(args, extra)
+    except (QAFormatError, SchemaMismatchError, FileNotFoundError) as error:
+        # Errors a user can fix: one line saying what and where, not a traceback.
+        if args.debug or os.environ.get("REALM_DEBUG"):
+            raise
+        print(f"realm {args.command}: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -86,7 +86,7 @@ def evaluate_qa(
     )
     metrics, rows = score_predictions(examples, predictions, params.num_read)
     for dataset, dataset_rows in rows.items():
-        path = write_table(str(layout.predictions / f"{dataset}.parquet"), dataset_rows, PREDICTIONS)
+        path = write_table(str(layout.predictions_file(dataset)), dataset_rows, PREDICTIONS)
         logger.info("%s: EM %.3f, reader accuracy %s, recall@5 %.3f over %d questions -> %s", dataset,
                     metrics[dataset]["em"], _share(metrics[dataset]["reader_accuracy"]), metrics[dataset]["recall_at_5"],
                     metrics[dataset]["n"], path)

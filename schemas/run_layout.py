@@ -66,6 +66,14 @@ class RunLayout:
     def predictions(self) -> Path:
         return self.root / "predictions"
 
+    def predictions_file(self, dataset: str) -> Path:
+        """`predictions/<dataset>.parquet`; refused unless it lies inside the run's predictions/
+        (a dataset name comes from a question file a user brought)."""
+        path = (self.predictions / f"{dataset}.parquet").resolve()
+        if path.parent != self.predictions.resolve():
+            raise ValueError(f"dataset name {dataset!r} would write {path}, outside {self.predictions}")
+        return path
+
     @property
     def reports(self) -> Path:
         return self.root / "reports"

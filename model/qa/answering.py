@@ -132,6 +132,9 @@ class Answerer:
     ) -> list[Prediction]:
         """One prediction per question, in order. `batch_size` questions share a query-tower
         forward and a reader forward over their batch_size · num_read blocks."""
+        empty = [index for index, question in enumerate(questions) if not question.strip()]
+        if empty:
+            raise ValueError(f"question {empty[0]} is empty: nothing to retrieve or read for")
         if not 1 <= num_read <= num_retrieve:
             raise ValueError(f"need 1 <= num_read <= num_retrieve, got {num_read} and {num_retrieve}")
         predictions = []

@@ -5,7 +5,10 @@
 - WebQuestions JSON: a list of `{"qText", "answers"}` or of the original
   `{"utterance", "targetValue": "(list (description X) ...)"}`;
 - CuratedTrec TSV: `question<TAB>answer regex` per line (answers are regular expressions).
-A record that cannot be read raises `QAFormatError` naming the file, line and reason.
+A record that cannot be read raises `QAFormatError` naming the file, line and reason: so do a
+file that is not UTF-8, holds no question, gives a dataset name that is not a plain name
+(it becomes a file name: `predictions/<dataset>.parquet`), or a regex answer that does not
+compile.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ def hash_chosen(key: str, fraction: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < fraction
 
 
+# A dataset name becomes a file name; letters, digits, '.', '_' and '-', not starting with '.'.
+_DATASET_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
+
+
 def read_qa_file(path: str | Path, dataset: str | None = None) -> list[QAExample]:
     """Read any supported format; `dataset` overrides the name stored in or derived from the file."""
     path = Path(path)
@@ -47,10 +54,22 @@ def read_qa_file(path: str | Path, dataset: str | None = None) -> list[QAExample
         raise FileNotFoundError(f"{path}: no such question file")
     default_name = dataset or path.name.split(".")[0]
     if path.suffix == ".tsv":
-        return _read_trec_tsv(path, default_name)
-    if path.suffix == ".json":
-        return _read_webquestions_json(path, default_name)
-    return _read_jsonl(path, dataset)
+        examples = _read_trec_tsv(path, default_name)
+    elif path.suffix == ".json":
+        examples = _read_webquestions_json(path, default_name)
+    else:
+        examples = _read_jsonl(path, dataset)
+    if not examples:
+        raise QAFormatError(f"{path}: holds no questions")
+    return examples
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        line = path.read_bytes()[: error.start].count(b"\n") + 1
+        raise QAFormatError(f"{path}:{line}: not UTF-8 ({error.reason} at byte {error.start})") from None
 
 
 def _example(path, where, question, answers, dataset, answer_type="text") -> QAExample:
@@ -62,12 +81,22 @@ def _example(path, where, question, answers, dataset, answer_type="text") -> QAE
         raise QAFormatError(f"{path}:{where}: answers must be a non-empty list of strings, got {answers!r}")
     if answer_type not in ("text", "regex"):
         raise QAFormatError(f"{path}:{where}: unknown answer_type {answer_type!r}")
+    if answer_type == "regex":
+        for pattern in answers:
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise QAFormatError(f"{path}:{where}: answer regex {pattern!r} does not compile ({error})") from None
+    if not isinstance(dataset, str) or not _DATASET_NAME.fullmatch(dataset):
+        raise QAFormatError(
+            f"{path}:{where}: dataset name {dataset!r} must be letters, digits, '.', '_' or '-' (it names a file)"
+        )
     return QAExample(question.strip(), list(answers), dataset, answer_type)
 
 
 def _read_jsonl(path: Path, dataset: str | None) -> list[QAExample]:
     examples = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -84,7 +113,7 @@ def _read_jsonl(path: Path, dataset: str | None) -> list[QAExample]:
 
 def _read_webquestions_json(path: Path, dataset: str) -> list[QAExample]:
     try:
-        records = json.loads(path.read_text(encoding="utf-8"))
+        records = json.loads(_text(path))
     except json.JSONDecodeError as error:
         raise QAFormatError(f"{path}: not JSON ({error.msg})") from error
     if not isinstance(records, list):
@@ -102,7 +131,7 @@ def _read_webquestions_json(path: Path, dataset: str) -> list[QAExample]:
 
 def _read_trec_tsv(path: Path, dataset: str) -> list[QAExample]:
     examples = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         question, _, pattern = line.partition("\t")

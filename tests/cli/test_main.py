@@ -38,3 +38,13 @@ def test_every_run_and_model_preset_is_offered_and_the_model_preset_overrides_th
     assert seen["run"].model_preset == "fast" and seen["params"].batch_size == 32  # the gpu preset's
     with pytest.raises(SystemExit, match="sized in epochs"):
         main(["train", "finetune", "--output", str(tmp_path), "--steps", "10"])
+
+
+def test_what_a_user_can_fix_is_one_line_and_a_non_zero_exit(tmp_path, capsys):
+    assert main(["ask", "--run", str(tmp_path / "nowhere"), "who was the commander of apollo 11"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a trained run" in err and "Traceback" not in err
+    with pytest.raises(SystemExit, match="the question is empty"):
+        main(["ask", "--run", str(tmp_path), "   "])
+    with pytest.raises(FileNotFoundError, match="not a trained run"):
+        main(["--debug", "ask", "--run", str(tmp_path / "nowhere"), "who"])

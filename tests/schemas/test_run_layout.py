@@ -18,3 +18,11 @@ def test_a_run_root_remembers_its_model_preset_and_refuses_another(tmp_path):
     assert RunLayout.at(tmp_path / "run").model_preset() == "default"
     with pytest.raises(ValueError, match="trained with model preset 'default', not 'tiny'"):
         layout.record_model_preset("tiny")
+
+
+def test_a_dataset_name_cannot_write_outside_the_run(tmp_path):
+    layout = RunLayout.at(tmp_path / "run")
+    assert layout.predictions_file("nq") == tmp_path / "run" / "predictions" / "nq.parquet"
+    for name in ("../../x", "../blocks/part-0", "a/b"):
+        with pytest.raises(ValueError, match="outside"):
+            layout.predictions_file(name)

@@ -52,6 +52,26 @@ def test_bad_records_name_the_file_and_line(tmp_path):
         read_qa_file(tmp_path / "bad.tsv")
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("ct.tsv", "when was it\t19(03\n", r"ct.tsv:1: answer regex '19\(03' does not compile"),
+        ("latin.jsonl", '{"question": "ok", "answers": ["x"]}\n'.encode() + b'{"question": "caf\xe9"}\n',
+         r"latin.jsonl:2: not UTF-8"),
+        ("empty.jsonl", "\n\n", r"empty.jsonl: holds no questions"),
+        ("empty.json", "[]", r"empty.json: holds no questions"),
+        ("escape.jsonl", '{"question": "q", "answers": ["a"], "dataset": "../../outside"}\n',
+         r"escape.jsonl:1: dataset name '../../outside' must be"),
+        ("hidden.jsonl", '{"question": "q", "answers": ["a"], "dataset": ".hidden"}\n', r"hidden.jsonl:1: dataset name"),
+    ],
+)
+def test_unusable_question_files_are_refused_naming_the_file_line_and_reason(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(QAFormatError, match=message):
+        read_qa_file(path)
+
+
 def test_every_demo_answer_occurs_in_the_vital_corpus():
     summaries = load_vital_summaries()
     # Normalised once: answer_in_text would re-normalise the 6 MB corpus for every question.
