@@ -48,6 +48,7 @@ compare   evaluated runs side by side: bootstrap 95% intervals and paired tests 
 reproduce Prefect: REALM vs ICT-only (ORQA) vs BM25 + reader and the paper's ablations,
           trained and evaluated on one corpus and question set; a table, a chart, Parquet.
 ask       answer a question with a trained run, showing the evidence blocks.
+serve     the same over HTTP: POST /ask, GET /blocks/{id}, GET /health, and a web page at /.
 """
 
 PREPARE_EPILOG = """\
@@ -223,6 +224,18 @@ def _ask(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace, extra: list[str]) -> int:
+    _reject_extra(extra)
+    import uvicorn
+
+    from realm.cli.http_app import create_app
+
+    app = create_app(_run_answerer(args.run, args.device), args.run)
+    print(f"realm: serving {args.run} on http://{args.host}:{args.port}/ (Ctrl-C stops)")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+    return 0
+
+
 def _run_answerer(run_root: str, device: str | None):
     """The Answerer of a trained run (`Answerer.from_run`)."""
     from realm.model.networks.device import select_device
@@ -350,6 +363,13 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--evidence", type=int, default=3, help="evidence blocks to show")
     ask.add_argument("--device")
     ask.set_defaults(handler=_ask)
+
+    serve = commands.add_parser("serve", help="answer over HTTP, with a web page (FastAPI)")
+    serve.add_argument("--run", required=True, help="run root")
+    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (loopback unless told otherwise)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--device")
+    serve.set_defaults(handler=_serve)
     return parser
 
 

@@ -64,11 +64,17 @@ class BlockStore:
         columns = BLOCK_COLUMNS + (BLOCK_TEXT_COLUMNS if with_text else [])
         return cls(pa.Table.from_batches(list(iter_block_batches(blocks_path, columns=columns))))
 
-    def _row(self, block_id: int) -> int:
+    def __len__(self) -> int:
+        return len(self.block_ids)
+
+    def __contains__(self, block_id: int) -> bool:
         position = int(np.searchsorted(self._sorted_ids, block_id))
-        if position == len(self._sorted_ids) or self._sorted_ids[position] != block_id:
+        return position < len(self._sorted_ids) and self._sorted_ids[position] == block_id
+
+    def _row(self, block_id: int) -> int:
+        if block_id not in self:
             raise KeyError(f"block {block_id} is not in the corpus")
-        return int(self._order[position])
+        return int(self._order[int(np.searchsorted(self._sorted_ids, block_id))])
 
     def title_ids(self, block_id: int) -> list[int]:
         return self._titles.row(self._row(block_id))

@@ -26,7 +26,7 @@ from realm.model.networks.config import ModelConfig
 from realm.model.networks.device import autocast, select_device
 from realm.model.qa.question_retrieval import QuestionRetriever, load_question_retriever
 from realm.model.qa.trained_run import TrainedRun
-from realm.model.networks.reader import Reader, best_span, joint_span_logits, reader_inputs, span_text
+from realm.model.networks.reader import Reader, best_span, body_offsets, joint_span_logits, reader_inputs, span_text
 from realm.model.tokenization import MAX_QUESTION_WORDPIECES, WordPieceTokenizer
 
 
@@ -46,6 +46,9 @@ class Prediction:
     probability: float  # exp(score)
     evidence: list[Evidence]  # every retrieved block, best first
     block_id: int | None  # the block the answer was read from
+    # Character offsets of the answer in that block's text (None: nothing read, or a block
+    # whose text does not re-tokenize to its body, where the answer is decoded wordpieces).
+    answer_offsets: tuple[int, int] | None = None
 
     @property
     def retrieved_block_ids(self) -> list[int]:
@@ -180,8 +183,13 @@ class Answerer:
                 predictions.append(Prediction(question, "", float("-inf"), 0.0, evidence, None))
                 continue
             block_id = int(block_ids[row, best.candidate])
-            answer = span_text(self.tokenizer, bodies[row][best.candidate], self.blocks.text(block_id), best.start, best.end)
-            predictions.append(Prediction(question, answer, best.log_prob, float(np.exp(best.log_prob)), evidence, block_id))
+            body, text = bodies[row][best.candidate], self.blocks.text(block_id)
+            offsets = body_offsets(self.tokenizer, body, text)
+            answer_offsets = None if offsets is None else (offsets[best.start][0], offsets[best.end][1])
+            answer = span_text(self.tokenizer, body, text, best.start, best.end)
+            predictions.append(
+                Prediction(question, answer, best.log_prob, float(np.exp(best.log_prob)), evidence, block_id, answer_offsets)
+            )
         return predictions
 
 

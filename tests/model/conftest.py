@@ -1,60 +1,8 @@
-"""Shared fixtures of the model tests: the tokenizer, the tiny preset, a tiny blocks table and
-its published artifacts."""
+"""The model tests' own fixture: every test starts from the same torch seed (the shared
+fixtures are in tests/conftest.py)."""
 
-import pyarrow as pa
 import pytest
 import torch
-
-from realm.model.index.embed_corpus import embed_window
-from realm.model.index.mips import MipsIndex
-from realm.model.networks.config import ModelConfig, build_component
-from realm.model.networks.retriever import Embedder
-from realm.model.tokenization import load_tokenizer
-from realm.schemas import BLOCKS, write_table
-from tests.model.corpus_fixture import CORPUS
-
-@pytest.fixture(scope="session")
-def tokenizer():
-    return load_tokenizer()
-
-
-@pytest.fixture(scope="session")
-def tiny_config() -> ModelConfig:
-    return ModelConfig.preset("tiny")
-
-
-@pytest.fixture(scope="session")
-def blocks_table(tokenizer) -> pa.Table:
-    rows = []
-    for block_id, title, text in CORPUS:
-        title_ids, body_ids = tokenizer.encode(title), tokenizer.encode(text)
-        rows.append(
-            {
-                "block_id": block_id,
-                "doc_id": f"test:{title}",
-                "block_index": 0,
-                "title": title,
-                "text": text,
-                "sentence_starts": [0],
-                "title_token_ids": title_ids,
-                "body_token_ids": body_ids,
-                "num_tokens": 3 + len(title_ids) + len(body_ids),
-            }
-        )
-    return pa.Table.from_pylist(rows, schema=BLOCKS)
-
-
-@pytest.fixture(scope="session")
-def qa_corpus(tmp_path_factory, tokenizer, blocks_table, tiny_config) -> tuple[str, str]:
-    """(blocks/ artifact, published index/0/) of the test corpus, embedded by a fresh tiny doc
-    tower (seeded: the same vectors whichever test builds it first)."""
-    root = tmp_path_factory.mktemp("qa")
-    write_table(str(root / "blocks" / "part-0.parquet"), blocks_table, BLOCKS)
-    torch.manual_seed(1)
-    doc_embedder = build_component(Embedder, tiny_config).eval()
-    vectors = embed_window(doc_embedder, tokenizer, blocks_table, 4, torch.device("cpu"), False)
-    index_path = MipsIndex.build(vectors, blocks_table["block_id"].to_numpy()).save(root / "index", 0)
-    return str(root / "blocks"), str(index_path)
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,184 @@
+"""`realm serve`: a trained run's answers over HTTP, with a web page.
+
+    POST /ask {"question", "num_read"?, "evidence"?}  -> the answer, its probability, the top
+                                                         blocks with p(z|x) and the answer's
+                                                         character offsets in its block
+    GET  /blocks/{block_id}                          -> a block's title and text
+    GET  /health                                     -> the run, its corpus size, questions answered
+    GET  /                                           -> a page: ask, see the answer in its evidence
+
+The model and index load once. Questions from concurrent requests go through one queue and
+are answered in batches by one worker thread (`AnswerQueue`): the CPU runs one forward pass at
+a time instead of one per request, and questions that arrive together share it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from importlib.resources import files
+
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from realm.model.qa.answering import Answerer, Prediction
+
+# A question longer than this is not a question (the towers read 64 wordpieces of it anyway).
+MAX_QUESTION_CHARS = 500
+MAX_BATCH = 16
+
+
+class AskRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
+    num_read: int = Field(5, ge=1, le=20, description="blocks the reader reads")
+    evidence: int = Field(5, ge=1, le=20, description="retrieved blocks returned")
+
+    @field_validator("question")
+    @classmethod
+    def _not_blank(cls, question: str) -> str:
+        if not question.strip():
+            raise ValueError("the question is blank")
+        return question.strip()
+
+
+class EvidenceBlock(BaseModel):
+    block_id: str  # a signed 64-bit id: a string, which JavaScript numbers cannot hold exactly
+    title: str
+    text: str
+    probability: float
+    answer_start: int | None  # the answer's character offsets in `text`, in the block it was read from
+    answer_end: int | None
+
+
+class AskResponse(BaseModel):
+    question: str
+    answer: str
+    probability: float
+    block_id: str | None
+    evidence: list[EvidenceBlock]
+
+
+@dataclass
+class _Pending:
+    question: str
+    num_read: int
+    num_retrieve: int
+    future: Future
+
+
+class AnswerQueue:
+    """One worker thread answers queued questions, up to `max_batch` at a time, grouped by
+    their read/retrieve sizes."""
+
+    def __init__(self, answerer: Answerer, max_batch: int = MAX_BATCH):
+        self.answerer = answerer
+        self.max_batch = max_batch
+        self.answered = 0
+        self.largest_batch = 0
+        self._queue: queue.Queue[_Pending | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._work, name="realm-answer-queue", daemon=True)
+        self._thread.start()
+
+    def submit(self, question: str, num_read: int, num_retrieve: int) -> Future:
+        future: Future = Future()
+        self._queue.put(_Pending(question, num_read, num_retrieve, future))
+        return future
+
+    def waiting(self) -> int:
+        """Questions queued and not yet taken into a batch."""
+        return self._queue.qsize()
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+    def _work(self) -> None:
+        while (first := self._queue.get()) is not None:
+            batch, stop = [first], False
+            while len(batch) < self.max_batch and not self._queue.empty():
+                item = self._queue.get_nowait()
+                if item is None:
+                    stop = True
+                    break
+                batch.append(item)
+            self._answer(batch)
+            if stop:
+                return
+
+    def _answer(self, batch: Sequence[_Pending]) -> None:
+        self.largest_batch = max(self.largest_batch, len(batch))
+        groups: dict[tuple[int, int], list[_Pending]] = {}
+        for item in batch:
+            groups.setdefault((item.num_read, item.num_retrieve), []).append(item)
+        for (num_read, num_retrieve), items in groups.items():
+            try:
+                predictions = self.answerer.answer([i.question for i in items], num_read, num_retrieve)
+            except Exception as error:  # handed to the requests that asked; the queue serves on
+                for item in items:
+                    item.future.set_exception(error)
+                continue
+            for item, prediction in zip(items, predictions):
+                item.future.set_result(prediction)
+            self.answered += len(items)
+
+
+def _response(prediction: Prediction, evidence: int) -> AskResponse:
+    blocks = []
+    for block in prediction.evidence[:evidence]:
+        offsets = prediction.answer_offsets if block.block_id == prediction.block_id else None
+        blocks.append(
+            EvidenceBlock(
+                block_id=str(block.block_id), title=block.title, text=block.text, probability=block.probability,
+                answer_start=offsets[0] if offsets else None, answer_end=offsets[1] if offsets else None,
+            )
+        )
+    return AskResponse(
+        question=prediction.question, answer=prediction.answer, probability=prediction.probability,
+        block_id=None if prediction.block_id is None else str(prediction.block_id), evidence=blocks,
+    )
+
+
+def create_app(answerer: Answerer, run: str, max_batch: int = MAX_BATCH) -> FastAPI:
+    answers = AnswerQueue(answerer, max_batch)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        answers.close()
+
+    app = FastAPI(title="realm", description=f"Answers with evidence from the trained run {run}", lifespan=lifespan)
+    app.state.answer_queue = answers
+    page = files("realm.cli").joinpath("page.html").read_text(encoding="utf-8")
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def index() -> str:
+        return page
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {
+            "status": "ok", "run": run, "blocks": len(answerer.blocks),
+            "answered": answers.answered, "largest_batch": answers.largest_batch,
+        }
+
+    @app.post("/ask")
+    async def ask(request: AskRequest) -> AskResponse:
+        num_retrieve = max(request.num_read, request.evidence)
+        prediction = await asyncio.wrap_future(answers.submit(request.question, request.num_read, num_retrieve))
+        return _response(prediction, request.evidence)
+
+    @app.get("/blocks/{block_id}")
+    async def block(block_id: int) -> dict:
+        if block_id not in answerer.blocks:
+            raise HTTPException(status_code=404, detail=f"no block {block_id} in this run's corpus")
+        return {"block_id": str(block_id), "title": answerer.blocks.title(block_id), "text": answerer.blocks.text(block_id)}
+
+    return app

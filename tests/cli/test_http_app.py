@@ -1,0 +1,106 @@
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from realm.cli.http_app import MAX_QUESTION_CHARS, create_app
+from realm.model.index.block_store import BlockStore
+from realm.model.index.mips import MipsIndex
+from realm.model.networks.config import build_component
+from realm.model.networks.reader import build_reader
+from realm.model.networks.retriever import Embedder
+from realm.model.qa.answering import Answerer
+from realm.model.qa.question_retrieval import DenseRetriever
+from tests.model.corpus_fixture import CORPUS
+
+CPU = torch.device("cpu")
+QUESTIONS = ["What is the capital of France?", "Who wrote the first algorithm?", "Which river flows into the Mediterranean?"]
+
+
+@pytest.fixture
+def answerer(qa_corpus, tokenizer, tiny_config) -> Answerer:
+    torch.manual_seed(0)
+    blocks_path, index_path = qa_corpus
+    retriever = DenseRetriever(
+        build_component(Embedder, tiny_config).eval(), MipsIndex.load(index_path), tokenizer, tiny_config, CPU
+    )
+    blocks = BlockStore.from_parquet(blocks_path, with_text=True)
+    return Answerer(retriever, build_reader(tiny_config).eval(), blocks, tokenizer, tiny_config, CPU)
+
+
+@pytest.fixture
+def client(answerer):
+    with TestClient(create_app(answerer, "runs/test")) as client:
+        yield client
+
+
+def test_an_answer_comes_with_its_evidence_and_its_place_in_the_block_it_was_read_from(client, answerer):
+    (expected,) = answerer.answer([QUESTIONS[0]], num_read=3, num_retrieve=4)
+    response = client.post("/ask", json={"question": f"  {QUESTIONS[0]} ", "num_read": 3, "evidence": 4})
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["question"], body["answer"], body["block_id"]) == (QUESTIONS[0], expected.answer, str(expected.block_id))
+    assert body["probability"] == pytest.approx(expected.probability)
+    assert [b["block_id"] for b in body["evidence"]] == [str(e.block_id) for e in expected.evidence[:4]]
+    assert [b["probability"] for b in body["evidence"]] == pytest.approx([e.probability for e in expected.evidence[:4]])
+    marked = [b for b in body["evidence"] if b["answer_start"] is not None]
+    assert [b["block_id"] for b in marked] == [str(expected.block_id)]
+    assert marked[0]["text"][marked[0]["answer_start"] : marked[0]["answer_end"]] == expected.answer
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        ({"question": ""}, "at least 1 character"),
+        ({"question": "   "}, "the question is blank"),
+        ({"question": "x" * (MAX_QUESTION_CHARS + 1)}, f"at most {MAX_QUESTION_CHARS} characters"),
+        ({"question": 42}, "valid string"),
+        ({"question": "q", "num_read": 0}, "greater than or equal to 1"),
+        ({"question": "q", "temperature": 2}, "Extra inputs are not permitted"),
+        ({}, "Field required"),
+    ],
+)
+def test_bad_questions_are_refused_with_the_reason(client, payload, reason):
+    response = client.post("/ask", json=payload)
+    assert response.status_code == 422
+    assert reason in " ".join(d["msg"] for d in response.json()["detail"])
+
+
+def test_blocks_health_and_the_page(client):
+    block_id, title, text = CORPUS[3]
+    assert client.get(f"/blocks/{block_id}").json() == {"block_id": str(block_id), "title": title, "text": text}
+    missing = client.get("/blocks/12345")
+    assert missing.status_code == 404 and missing.json()["detail"] == "no block 12345 in this run's corpus"
+    assert client.get("/health").json() == {
+        "status": "ok", "run": "runs/test", "blocks": len(CORPUS), "answered": 0, "largest_batch": 0,
+    }
+    page = client.get("/")
+    assert page.status_code == 200 and '<form id="ask">' in page.text and 'fetch("ask"' in page.text
+
+
+def test_concurrent_questions_are_answered_in_batches_with_the_answers_asked_alone(answerer):
+    """32 clients at once: the first question holds the worker until all are queued, so the
+    rest go through in full batches of 16; every client gets what it would alone."""
+    alone = {q: p.answer for q, p in zip(QUESTIONS, answerer.answer(QUESTIONS, num_read=5, num_retrieve=5))}
+    queued = threading.Event()
+    answer = answerer.answer
+
+    def held_first(questions, *args):
+        queued.wait(timeout=30)
+        return answer(questions, *args)
+
+    answerer.answer = held_first
+    asked = [QUESTIONS[i % len(QUESTIONS)] for i in range(32)]
+    with TestClient(create_app(answerer, "runs/test")) as client:
+        with ThreadPoolExecutor(max_workers=32) as pool:
+            futures = [pool.submit(client.post, "/ask", json={"question": q}) for q in asked]
+            while client.app.state.answer_queue.waiting() < 31:
+                threading.Event().wait(0.01)
+            queued.set()
+            responses = [f.result() for f in futures]
+        health = client.get("/health").json()
+    assert [r.status_code for r in responses] == [200] * 32
+    assert [r.json()["answer"] for r in responses] == [alone[q] for q in asked]
+    assert (health["answered"], health["largest_batch"]) == (32, 16)
