@@ -2,32 +2,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import torch
 from fastapi.testclient import TestClient
 
 from realm.cli.http_app import MAX_QUESTION_CHARS, create_app
-from realm.model.index.block_store import BlockStore
-from realm.model.index.mips import MipsIndex
-from realm.model.networks.config import build_component
-from realm.model.networks.reader import build_reader
-from realm.model.networks.retriever import Embedder
-from realm.model.qa.answering import Answerer
-from realm.model.qa.question_retrieval import DenseRetriever
 from tests.model.corpus_fixture import CORPUS
 
-CPU = torch.device("cpu")
 QUESTIONS = ["What is the capital of France?", "Who wrote the first algorithm?", "Which river flows into the Mediterranean?"]
-
-
-@pytest.fixture
-def answerer(qa_corpus, tokenizer, tiny_config) -> Answerer:
-    torch.manual_seed(0)
-    blocks_path, index_path = qa_corpus
-    retriever = DenseRetriever(
-        build_component(Embedder, tiny_config).eval(), MipsIndex.load(index_path), tokenizer, tiny_config, CPU
-    )
-    blocks = BlockStore.from_parquet(blocks_path, with_text=True)
-    return Answerer(retriever, build_reader(tiny_config).eval(), blocks, tokenizer, tiny_config, CPU)
 
 
 @pytest.fixture
