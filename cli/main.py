@@ -49,6 +49,8 @@ reproduce Prefect: REALM vs ICT-only (ORQA) vs BM25 + reader and the paper's abl
           trained and evaluated on one corpus and question set; a table, a chart, Parquet.
 ask       answer a question with a trained run, showing the evidence blocks.
 serve     the same over HTTP: POST /ask, GET /blocks/{id}, GET /health, and a web page at /.
+index     index another prepared corpus with a trained run's doc tower (ask/serve/evaluate --index NAME
+          answer from it); indexing a name again re-embeds only the blocks that changed.
 """
 
 PREPARE_EPILOG = """\
@@ -177,7 +179,7 @@ def _evaluate(args: argparse.Namespace, extra: list[str]) -> int:
 
     preset = RunLayout.at(args.run).model_preset()
     run = RunParams(output=args.run, device=args.device, **({"model_preset": preset} if preset else {}))
-    metrics = evaluate(run, EvaluateParams(qa=args.qa, num_read=args.num_read))
+    metrics = evaluate(run, EvaluateParams(qa=args.qa, num_read=args.num_read), corpus=args.index)
     if args.json:
         _print_json({d: {"em": m["em"], "recall_at_5": m["recall_at_5"], "n": m["n"]} for d, m in metrics.items()})
     else:
@@ -220,7 +222,27 @@ def _ask(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
     if not args.question.strip():
         raise SystemExit("realm ask: the question is empty")
-    _print_answer(_run_answerer(args.run, args.device), args.question, args.num_read, args.evidence)
+    _print_answer(_run_answerer(args.run, args.device, args.index), args.question, args.num_read, args.evidence)
+    return 0
+
+
+def _index(args: argparse.Namespace, extra: list[str]) -> int:
+    _reject_extra(extra)
+    from realm.model.networks.device import select_device
+    from realm.model.qa.other_corpus import index_other_corpus
+    from realm.model.training.loop import set_transformers_verbosity_error
+
+    set_transformers_verbosity_error()
+    try:
+        update = index_other_corpus(args.run, args.corpus, args.name, args.max_block_wordpieces, select_device(args.device))
+    except ValueError as error:  # a bad name, a BM25 run, a block length that does not match
+        raise SystemExit(f"realm index: {error}") from None
+    if args.json:
+        _print_json(update.__dict__)
+    else:
+        print(f"corpus {args.name!r} version {update.version}: {update.blocks} blocks ({update.embedded} embedded, "
+              f"{update.reused} unchanged, {update.dropped} dropped) in {update.seconds:.0f} s -> {update.path}")
+        print(f"ask from it: realm ask --run {args.run} --index {args.name} \"QUESTION\"")
     return 0
 
 
@@ -230,20 +252,23 @@ def _serve(args: argparse.Namespace, extra: list[str]) -> int:
 
     from realm.cli.http_app import create_app
 
-    app = create_app(_run_answerer(args.run, args.device), args.run)
+    app = create_app(_run_answerer(args.run, args.device, args.index), args.run)
     print(f"realm: serving {args.run} on http://{args.host}:{args.port}/ (Ctrl-C stops)")
     uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
     return 0
 
 
-def _run_answerer(run_root: str, device: str | None):
-    """The Answerer of a trained run (`Answerer.from_run`)."""
+def _run_answerer(run_root: str, device: str | None, corpus: str | None = None):
+    """The Answerer of a trained run (`Answerer.from_run`), over `corpus` when given."""
     from realm.model.networks.device import select_device
     from realm.model.qa.answering import Answerer
     from realm.model.training.loop import set_transformers_verbosity_error
 
     set_transformers_verbosity_error()
-    return Answerer.from_run(run_root, device=select_device(device))
+    try:
+        return Answerer.from_run(run_root, device=select_device(device), corpus=corpus)
+    except ValueError as error:  # e.g. a corpus name that is not a plain name
+        raise SystemExit(f"realm: {error}") from None
 
 
 def _print_answer(answerer, question: str, num_read: int, evidence: int) -> None:
@@ -328,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--json", action="store_true", help='end with one JSON line {"<dataset>": {"em", "recall_at_5", "n"}}')
     evaluate.add_argument("--num_read", type=int, default=5)
     evaluate.add_argument("--device")
+    _add_index_option(evaluate)
     evaluate.set_defaults(handler=_evaluate)
 
     compare = commands.add_parser(
@@ -362,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--num_read", type=int, default=5)
     ask.add_argument("--evidence", type=int, default=3, help="evidence blocks to show")
     ask.add_argument("--device")
+    _add_index_option(ask)
     ask.set_defaults(handler=_ask)
 
     serve = commands.add_parser("serve", help="answer over HTTP, with a web page (FastAPI)")
@@ -369,8 +396,28 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (loopback unless told otherwise)")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--device")
+    _add_index_option(serve)
     serve.set_defaults(handler=_serve)
+
+    index = commands.add_parser(
+        "index", help="index another prepared corpus with a trained run's doc tower, for ask/serve/evaluate --index",
+        description="Copy a prepared corpus's blocks into RUN/corpora/NAME/ and embed them with the doc tower that "
+        "built the index the run fine-tuned against; indexing NAME again re-embeds only blocks whose content changed.",
+    )
+    index.add_argument("--run", required=True, help="a trained run root")
+    index.add_argument("--corpus", required=True, help="a `realm prepare` output (or its blocks/)")
+    index.add_argument("--name", default="default", help="the corpus's name in the run (default: %(default)s)")
+    index.add_argument("--max_block_wordpieces", type=int,
+                       help="only for a run whose index predates lineage: its pre-training block length")
+    index.add_argument("--device")
+    index.add_argument("--json", action="store_true", help="print the update's counts as one JSON line")
+    index.set_defaults(handler=_index)
     return parser
+
+
+def _add_index_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--index", metavar="NAME",
+                        help="answer from the corpus NAME indexed for the run (`realm index`) instead of its own")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -118,13 +118,16 @@ def _share(value: float | None) -> str:
 
 @flow(name="realm-evaluate")
 def evaluate(run: RunParams = RunParams(), params: EvaluateParams = EvaluateParams(),
-             checkpoint: str | None = None, index_path: str | None = None) -> dict[str, dict]:
-    """Evaluate the run's fine-tuned checkpoint (its best validated one, or `checkpoint`) on `params.qa`."""
+             checkpoint: str | None = None, index_path: str | None = None, corpus: str | None = None) -> dict[str, dict]:
+    """Evaluate the run's fine-tuned checkpoint (its best validated one, or `checkpoint`) on
+    `params.qa`; with `corpus`, over that corpus indexed for the run (`realm index`), its
+    predictions under `corpora/<corpus>/predictions/`."""
     from realm.model.qa.trained_run import TrainedRun
 
-    trained = TrainedRun.at(run.output, checkpoint, index_path, run.model_preset)
+    trained = TrainedRun.at(run.output, checkpoint, index_path, run.model_preset, corpus)
+    layout = RunLayout.at(run.output)
     qa_files = params.qa or evaluation_qa_paths()
     return evaluate_qa(
-        str(RunLayout.at(run.output).root), trained.model_preset, qa_files, params, run.device,
+        str(layout.corpus(corpus).root if corpus else layout.root), trained.model_preset, qa_files, params, run.device,
         str(trained.checkpoint), str(trained.index),
     )

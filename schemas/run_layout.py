@@ -9,15 +9,22 @@ contract like the Parquet schemas beside it: it imports nothing above them.
     <root>/bm25/<step>/                                  BM25 index over the blocks (BERT-Baseline)
     <root>/predictions/<dataset>.parquet, <root>/reports/ (metrics JSON lines, loss curves)
     <root>/run.json                                      the model preset the run trains
+    <root>/corpora/<name>/{blocks,embeddings/<v>,index/<v>,predictions}
+                                                         another knowledge corpus, indexed by the
+                                                         run's trained doc tower (`realm index`)
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 RUN_FILE = "run.json"
+CORPORA_DIR = "corpora"
+# A corpus name becomes a directory name: letters, digits, '.', '_' and '-', not starting with '.'.
+_CORPUS_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,18 @@ class RunLayout:
     @property
     def predictions(self) -> Path:
         return self.root / "predictions"
+
+    def corpus(self, name: str) -> RunLayout:
+        """The layout of another knowledge corpus indexed for this run, `<root>/corpora/<name>/`:
+        its own blocks/, embeddings/, index/ and predictions/ (checkpoints stay the run's)."""
+        if not _CORPUS_NAME.fullmatch(name):
+            raise ValueError(f"corpus name {name!r} must be letters, digits, '.', '_' or '-' (it names a directory)")
+        return RunLayout(self.root / CORPORA_DIR / name)
+
+    def corpora(self) -> list[str]:
+        """Names of the corpora indexed for this run besides its own."""
+        folder = self.root / CORPORA_DIR
+        return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
     def predictions_file(self, dataset: str) -> Path:
         """`predictions/<dataset>.parquet`; refused unless it lies inside the run's predictions/

@@ -7,10 +7,14 @@ import torch
 
 from realm.model.index.embed_corpus import embed_window
 from realm.model.index.mips import MipsIndex
+from realm.model.index.rebuild import rebuild_index
+from realm.model.networks.checkpoint import save_checkpoint
 from realm.model.networks.config import ModelConfig, build_component
+from realm.model.networks.reader import build_reader
 from realm.model.networks.retriever import Embedder
 from realm.model.tokenization import load_tokenizer
 from realm.schemas import BLOCKS, write_table
+from realm.schemas.run_layout import RunLayout
 from tests.model.corpus_fixture import CORPUS
 
 
@@ -56,3 +60,19 @@ def qa_corpus(tmp_path_factory, tokenizer, blocks_table, tiny_config) -> tuple[s
     vectors = embed_window(doc_embedder, tokenizer, blocks_table, 4, torch.device("cpu"), False)
     index_path = MipsIndex.build(vectors, blocks_table["block_id"].to_numpy()).save(root / "index", 0)
     return str(root / "blocks"), str(index_path)
+
+
+@pytest.fixture
+def trained_run(tmp_path, blocks_table, tiny_config) -> RunLayout:
+    """A run root as the main job leaves it: blocks, the doc-tower snapshot of step 0 and the
+    index it embedded (blocks cut to 64 wordpieces), a fine-tuned query tower and reader, the model preset."""
+    layout = RunLayout.at(tmp_path / "run")
+    layout.record_model_preset("tiny")
+    write_table(f"{layout.blocks}/part-0.parquet", blocks_table, BLOCKS)
+    snapshot = layout.snapshots / "0"
+    build_component(Embedder, tiny_config).save_pretrained(snapshot)
+    index = rebuild_index(layout.blocks, str(snapshot), layout.embeddings, layout.index, 0, tiny_config,
+                          torch.device("cpu"), max_block_wordpieces=64)
+    components = {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(tiny_config)}
+    save_checkpoint(layout.checkpoints("finetune"), 4, components, extra={"index_path": index})
+    return layout

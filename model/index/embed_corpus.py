@@ -26,7 +26,8 @@ from realm.model.networks.device import autocast
 from realm.model.networks.inputs import block_sequence, length_sorted_groups, pad_batch
 from realm.model.networks.retriever import Embedder
 from realm.model.tokenization import WordPieceTokenizer
-from realm.schemas import EMBEDDING_DIM, EMBEDDINGS, read_table
+from realm.schemas import EMBEDDING_DIM, EMBEDDINGS, read_table, write_table
+
 
 @dataclass(frozen=True)
 class EmbedStats:
@@ -108,10 +109,19 @@ def embed_blocks(
     return EmbedStats(path=str(path), num_blocks=num_blocks, seconds=time.perf_counter() - started)
 
 
-def _embeddings_table(block_ids: pa.ChunkedArray, embeddings: np.ndarray, checkpoint_step: int) -> pa.Table:
+def _embeddings_table(block_ids: pa.ChunkedArray | np.ndarray, embeddings: np.ndarray, checkpoint_step: int) -> pa.Table:
+    ids = block_ids.combine_chunks() if isinstance(block_ids, pa.ChunkedArray) else pa.array(block_ids, pa.int64())
     vectors = pa.FixedSizeListArray.from_arrays(pa.array(embeddings.ravel(), pa.float32()), EMBEDDING_DIM)
     steps = pa.array(np.full(len(embeddings), checkpoint_step, dtype=np.int64))
-    return pa.Table.from_arrays([block_ids.combine_chunks(), vectors, steps], schema=EMBEDDINGS)
+    return pa.Table.from_arrays([ids, vectors, steps], schema=EMBEDDINGS)
+
+
+def write_embeddings(out_dir: str, block_ids: np.ndarray, embeddings: np.ndarray, checkpoint_step: int, part: int) -> str:
+    """Vectors computed earlier (an incremental update's unchanged blocks) as
+    `<out_dir>/part-<part>.parquet`, beside the parts `embed_blocks` writes."""
+    return write_table(
+        str(Path(out_dir) / f"part-{part:05d}.parquet"), _embeddings_table(block_ids, embeddings, checkpoint_step), EMBEDDINGS
+    )
 
 
 def load_embeddings(path: str) -> tuple[np.ndarray, np.ndarray]:

@@ -233,8 +233,11 @@ class MipsIndex:
         block_ids = np.asarray(block_ids)
         return np.asarray(self.vectors[self._lookup.rows(block_ids.ravel())]).reshape(*block_ids.shape, -1)
 
-    def save(self, index_root: str | os.PathLike, step: int, keep: int | None = 3) -> Path:
-        """Publish as `<index_root>/<step>/` (atomic rename), keeping the newest `keep` steps."""
+    def save(
+        self, index_root: str | os.PathLike, step: int, keep: int | None = 3, lineage: dict | None = None
+    ) -> Path:
+        """Publish as `<index_root>/<step>/` (atomic rename), keeping the newest `keep` steps;
+        `lineage` (`realm.model.index.lineage`) goes into the manifest."""
         staging = staging_dir(index_root, step)
         faiss.write_index(self.index, str(staging / INDEX_FILE))
         np.save(staging / VECTORS_FILE, np.asarray(self.vectors))
@@ -246,6 +249,7 @@ class MipsIndex:
             "index_type": self.config.kind,
             "config": dataclasses.asdict(self.config),
             "sha256": {name: file_sha256(staging / name) for name in (INDEX_FILE, VECTORS_FILE, BLOCK_IDS_FILE)},
+            **({"lineage": lineage} if lineage is not None else {}),
         }
         (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
         return publish(staging, index_root, step, keep)

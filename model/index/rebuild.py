@@ -15,6 +15,7 @@ import torch
 
 from realm.model.index.block_store import iter_block_batches
 from realm.model.index.embed_corpus import embed_blocks, load_embeddings
+from realm.model.index.lineage import doc_tower_fingerprint, index_lineage
 from realm.model.index.mips import IndexConfig, MipsIndex
 from realm.model.networks.config import ModelConfig
 from realm.model.networks.device import select_device
@@ -88,7 +89,8 @@ def rebuild_index(
     )
     block_ids, vectors = load_embeddings(embeddings_dir)
     index = MipsIndex.build(vectors, block_ids, IndexConfig.for_corpus(len(block_ids)))
-    published = index.save(index_root, snapshot_step, keep)
+    lineage = index_lineage(doc_tower_fingerprint(doc_embedder_dir, snapshot_step), block_ids, max_block_wordpieces)
+    published = index.save(index_root, snapshot_step, keep, lineage)
     log.info(
         "index of step %d: %d blocks embedded in %.0f s, published %s",
         snapshot_step, stats.num_blocks, stats.seconds, published,

@@ -122,9 +122,10 @@ class Answerer:
         )
 
     @classmethod
-    def from_run(cls, root: str | Path, device: torch.device | None = None) -> Answerer:
-        """The Answerer of a trained run root (`realm.model.qa.trained_run`)."""
-        run = TrainedRun.at(root)
+    def from_run(cls, root: str | Path, device: torch.device | None = None, corpus: str | None = None) -> Answerer:
+        """The Answerer of a trained run root (`realm.model.qa.trained_run`); with `corpus`, it
+        answers from that corpus indexed for the run (`realm index`) instead of its own."""
+        run = TrainedRun.at(root, corpus=corpus)
         return cls.from_checkpoint(
             str(run.checkpoint), str(run.index), run.blocks, ModelConfig.preset(run.model_preset), device
         )

@@ -1,7 +1,8 @@
 """What answering needs from a trained run root, resolved in one place for `realm ask`,
 `realm evaluate`, `realm run`'s closing answer and the HTTP server: the fine-tuned checkpoint
 (the best validated one, else the newest), the index that checkpoint was trained against, the
-run's blocks and its model preset.
+run's blocks and its model preset. With `corpus`, the blocks and newest index of another
+knowledge corpus indexed for the run (`realm index`, `realm.model.qa.other_corpus`) instead.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class TrainedRun:
         checkpoint: str | Path | None = None,
         index_path: str | Path | None = None,
         model_preset: str | None = None,
+        corpus: str | None = None,
     ) -> TrainedRun:
         """The run at `root`; `checkpoint`, `index_path` and `model_preset` (used only when the
         run records none) override what it holds. Raises FileNotFoundError naming what is missing."""
@@ -35,13 +37,21 @@ class TrainedRun:
         checkpoint = checkpoint or best_checkpoint(layout.checkpoints("finetune"))
         if checkpoint is None:
             raise FileNotFoundError(f"{layout.root}: not a trained run (no checkpoints/finetune/; fine-tune it first)")
-        index = index_path or trained_index(layout, checkpoint)
-        if index is None:
-            raise FileNotFoundError(f"{layout.root}: no published index (index/ or bm25/) for {checkpoint}")
+        if corpus is None:
+            blocks, index = layout.blocks, index_path or trained_index(layout, checkpoint)
+            if index is None:
+                raise FileNotFoundError(f"{layout.root}: no published index (index/ or bm25/) for {checkpoint}")
+        else:
+            other = layout.corpus(corpus)
+            blocks, index = other.blocks, index_path or latest_published(other.index)
+            if index is None:
+                raise FileNotFoundError(
+                    f"{layout.root}: no corpus {corpus!r} indexed for this run (realm index --run {root} --corpus DIR --name {corpus})"
+                )
         preset = layout.model_preset() or model_preset
         if preset is None:
             raise FileNotFoundError(f"{layout.root}: no run.json naming the model preset the run trained")
-        return cls(Path(checkpoint), Path(index), layout.blocks, preset)
+        return cls(Path(checkpoint), Path(index), blocks, preset)
 
 
 def trained_index(layout: RunLayout, checkpoint: str | Path) -> Path | None:

@@ -48,3 +48,20 @@ def test_what_a_user_can_fix_is_one_line_and_a_non_zero_exit(tmp_path, capsys):
         main(["ask", "--run", str(tmp_path), "   "])
     with pytest.raises(FileNotFoundError, match="not a trained run"):
         main(["--debug", "ask", "--run", str(tmp_path / "nowhere"), "who"])
+
+
+def test_realm_index_then_ask_from_the_other_corpus(trained_run, blocks_table, tmp_path, capsys):
+    from realm.schemas import BLOCKS, write_table
+
+    write_table(str(tmp_path / "nile" / "blocks" / "part-0.parquet"), blocks_table.slice(5, 1), BLOCKS)  # the Nile's block
+    assert main(["index", "--run", str(trained_run.root), "--corpus", str(tmp_path / "nile"), "--name", "nile"]) == 0
+    out = capsys.readouterr().out
+    assert "corpus 'nile' version 0: 1 blocks (1 embedded, 0 unchanged, 0 dropped)" in out
+    assert main(["ask", "--run", str(trained_run.root), "--index", "nile", "--evidence", "5", "Where does the Nile flow?"]) == 0
+    evidence = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert len(evidence) == 1 and evidence[0].startswith("  1. [1.000] Nile: The Nile is a river in Africa")
+    assert main(["ask", "--run", str(trained_run.root), "--index", "other", "who"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no corpus 'other' indexed for this run" in err
+    with pytest.raises(SystemExit, match="must be letters, digits"):
+        main(["index", "--run", str(trained_run.root), "--corpus", str(tmp_path / "nile"), "--name", "../x"])

@@ -1,0 +1,96 @@
+"""`realm index`: a trained run answers from another knowledge corpus without re-training.
+
+Any `realm prepare` output (or its `blocks/`) is copied into the run as
+`corpora/<name>/blocks/` (read and written through the BLOCKS schema, so a file that breaks
+the contract is refused naming it) and indexed by the doc tower that built the index the run
+fine-tuned against, at the same block length: the query tower and reader were trained on
+exactly those vectors. Indexing the same name again after the corpus changed re-embeds only
+the blocks whose content changed (`realm.model.index.corpus_index`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from realm.model.index.corpus_index import CorpusIndexUpdate, index_corpus
+from realm.model.index.lineage import WEIGHTS_FILE, read_lineage
+from realm.model.index.mips import read_manifest
+from realm.model.networks.config import ModelConfig
+from realm.model.qa.trained_run import TrainedRun
+from realm.schemas import BLOCKS, read_table, write_table
+from realm.schemas.run_layout import RunLayout
+
+log = logging.getLogger(__name__)
+
+
+def trained_doc_tower(index_path: str | os.PathLike) -> tuple[Path, int, int | None]:
+    """(doc-tower snapshot dir, its step, the block length it embedded at, None when the index
+    predates lineage) of a published dense index `<root>/index/<step>/`: the snapshot it was
+    embedded with lives at `<root>/snapshots/<step>/` (`realm.flows.realm_pretrain`)."""
+    index_path = Path(index_path)
+    manifest = read_manifest(index_path)
+    if manifest.get("index_type") == "bm25":
+        raise ValueError(f"{index_path}: a BM25 index; `realm index` embeds with a dense run's doc tower")
+    lineage = read_lineage(index_path) or {}
+    step = lineage.get("doc_tower", {}).get("step", manifest["checkpoint_step"])
+    snapshot = index_path.parent.parent / "snapshots" / str(step)
+    if not (snapshot / WEIGHTS_FILE).is_file():
+        raise FileNotFoundError(f"{snapshot}: the doc tower that embedded {index_path} is gone ({WEIGHTS_FILE} missing)")
+    return snapshot, step, lineage.get("max_block_wordpieces")
+
+
+def index_other_corpus(
+    run_root: str | os.PathLike,
+    corpus: str | os.PathLike,
+    name: str,
+    max_block_wordpieces: int | None = None,
+    device: torch.device | None = None,
+) -> CorpusIndexUpdate:
+    """Copy the blocks of `corpus` (a prepared run root or its blocks/) into
+    `<run_root>/corpora/<name>/` and publish the next version of its index; see the module
+    docstring. `max_block_wordpieces` is needed only for an index built before its block
+    length was recorded."""
+    trained = TrainedRun.at(run_root)
+    snapshot, step, recorded_length = trained_doc_tower(trained.index)
+    length = recorded_length or max_block_wordpieces
+    if length is None:
+        raise ValueError(
+            f"{trained.index} records no block length (built before lineage was recorded); pass the run's "
+            "pre-training max_block_wordpieces (--max_block_wordpieces)"
+        )
+    if recorded_length is not None and max_block_wordpieces not in (None, recorded_length):
+        raise ValueError(f"{trained.index} was embedded at {recorded_length} wordpieces a block, not {max_block_wordpieces}")
+    source = Path(corpus)
+    source = source / "blocks" if (source / "blocks").is_dir() else source
+    if not source.is_dir():
+        raise FileNotFoundError(f"{corpus}: not a prepared corpus (no blocks/ directory)")
+    other = RunLayout.at(run_root).corpus(name)
+    staged = _stage_blocks(source, Path(other.blocks))
+    update = index_corpus(
+        str(staged), str(snapshot), step, other.embeddings, other.index, ModelConfig.preset(trained.model_preset),
+        length, device, corpus_name=name, source=str(source.resolve()),
+    )
+    _swap_in(staged, Path(other.blocks))
+    return update
+
+
+def _stage_blocks(source: Path, target: Path) -> Path:
+    """The blocks of `source`, validated, written beside `target` under a hidden name."""
+    staged = target.with_name(f".{target.name}-staging-{os.getpid()}")
+    shutil.rmtree(staged, ignore_errors=True)
+    write_table(str(staged / "part-00000.parquet"), read_table(str(source), BLOCKS), BLOCKS)
+    return staged
+
+
+def _swap_in(staged: Path, target: Path) -> None:
+    """`staged` becomes `target` by rename; the blocks it replaces are removed after."""
+    retired = target.with_name(f".{target.name}-retired-{os.getpid()}")
+    if target.exists():
+        os.rename(target, retired)
+    os.rename(staged, target)
+    shutil.rmtree(retired, ignore_errors=True)

@@ -1,0 +1,50 @@
+import pyarrow as pa
+import pytest
+
+from realm.model.index.lineage import read_lineage
+from realm.model.qa.answering import Answerer
+from realm.model.qa.other_corpus import index_other_corpus
+from realm.schemas import BLOCKS, write_table
+
+LENGTH = 64  # the block length the trained_run fixture embedded at
+QUESTION = "Which river flows through Paris?"
+
+
+def _prepared(root, table: pa.Table) -> str:
+    write_table(str(root / "blocks" / "part-0.parquet"), table, BLOCKS)
+    return str(root)
+
+
+def test_a_trained_run_answers_from_another_corpus_indexed_by_its_own_doc_tower(tmp_path, trained_run, blocks_table):
+    seine = blocks_table.filter(pa.compute.equal(blocks_table["title"], "Seine"))
+    other = _prepared(tmp_path / "other", seine)
+
+    update = index_other_corpus(trained_run.root, other, "seine-only")
+    assert (update.version, update.blocks, update.embedded) == (0, 1, 1)
+    lineage = read_lineage(update.path)
+    trained_lineage = read_lineage(f"{trained_run.index}/0")
+    assert lineage["doc_tower"] == trained_lineage["doc_tower"] and lineage["max_block_wordpieces"] == LENGTH
+    assert (lineage["corpus"]["blocks"], lineage["corpus_name"], lineage["source"]) == (1, "seine-only", f"{other}/blocks")
+
+    (own,) = Answerer.from_run(trained_run.root).answer([QUESTION], num_read=1, num_retrieve=8)
+    (swapped,) = Answerer.from_run(trained_run.root, corpus="seine-only").answer([QUESTION], num_read=1, num_retrieve=1)
+    assert len(own.evidence) == 8
+    assert [e.title for e in swapped.evidence] == ["Seine"] and swapped.block_id == seine["block_id"][0].as_py()
+    assert swapped.answer in seine["text"][0].as_py()
+
+    again = index_other_corpus(trained_run.root, other, "seine-only")
+    assert (again.version, again.embedded, again.reused, again.dropped) == (1, 0, 1, 0)
+
+
+def test_what_cannot_be_indexed_is_named(tmp_path, trained_run):
+    with pytest.raises(FileNotFoundError, match="not a prepared corpus"):
+        index_other_corpus(trained_run.root, tmp_path / "nowhere", "x")
+    with pytest.raises(ValueError, match="must be letters, digits"):
+        index_other_corpus(trained_run.root, trained_run.root, "../escape")
+    with pytest.raises(FileNotFoundError, match="no corpus 'missing' indexed for this run"):
+        Answerer.from_run(trained_run.root, corpus="missing")
+    with pytest.raises(ValueError, match="embedded at 64 wordpieces a block, not 32"):
+        index_other_corpus(trained_run.root, trained_run.root, "own", max_block_wordpieces=32)
+    (trained_run.snapshots / "0" / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="the doc tower that embedded .* is gone"):
+        index_other_corpus(trained_run.root, trained_run.root, "own")
