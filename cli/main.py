@@ -49,6 +49,7 @@ reproduce Prefect: REALM vs ICT-only (ORQA) vs BM25 + reader and the paper's abl
           trained and evaluated on one corpus and question set; a table, a chart, Parquet.
 ask       answer a question with a trained run, showing the evidence blocks.
 serve     the same over HTTP: POST /ask, GET /blocks/{id}, GET /health, and a web page at /.
+info      what a run folder holds: stages, checkpoints, what answers, every index's lineage.
 index     index another prepared corpus with a trained run's doc tower (ask/serve/evaluate --index NAME
           answer from it); indexing a name again re-embeds only the blocks that changed.
 """
@@ -226,6 +227,18 @@ def _ask(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _info(args: argparse.Namespace, extra: list[str]) -> int:
+    _reject_extra(extra)
+    from realm.cli.run_info import format_info, run_info
+
+    info = run_info(args.run)
+    if args.json:
+        _print_json(info)
+    else:
+        print(format_info(info))
+    return 0
+
+
 def _index(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
     from realm.model.networks.device import select_device
@@ -398,6 +411,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--device")
     _add_index_option(serve)
     serve.set_defaults(handler=_serve)
+
+    info = commands.add_parser("info", help="what a run folder holds: stages, checkpoints, indexes and their lineage")
+    info.add_argument("--run", required=True, help="run root")
+    info.add_argument("--json", action="store_true", help="print it as one JSON line")
+    info.set_defaults(handler=_info)
 
     index = commands.add_parser(
         "index", help="index another prepared corpus with a trained run's doc tower, for ask/serve/evaluate --index",

@@ -65,3 +65,27 @@ def test_realm_index_then_ask_from_the_other_corpus(trained_run, blocks_table, t
     assert err.count("\n") == 1 and "no corpus 'other' indexed for this run" in err
     with pytest.raises(SystemExit, match="must be letters, digits"):
         main(["index", "--run", str(trained_run.root), "--corpus", str(tmp_path / "nile"), "--name", "../x"])
+
+
+def test_realm_info_shows_stages_what_answers_and_each_indexs_lineage(trained_run, capsys):
+    from realm.cli.run_info import run_info
+    from realm.model.index.lineage import corpus_fingerprint, doc_tower_fingerprint
+
+    main(["index", "--run", str(trained_run.root), "--corpus", str(trained_run.root), "--name", "copy"])
+    capsys.readouterr()
+    info = run_info(trained_run.root)
+    assert info["stages"] == {"ict": None, "pretrain": None, "warmup": None, "finetune": {"steps": [4]}}
+    assert info["answers_with"] == {"checkpoint": "checkpoints/finetune/4", "index": "index/0"}
+    assert list(info["indexes"]) == ["index/0", "corpora/copy/index/0"]
+    tower = doc_tower_fingerprint(trained_run.snapshots / "0", 0)
+    ids = [-7, 11, 23, -42, 57, 68, 9001, -3]  # the test corpus's blocks
+    for lineage in (info["indexes"]["index/0"]["lineage"], info["indexes"]["corpora/copy/index/0"]["lineage"]):
+        assert (lineage["doc_tower"], lineage["corpus"], lineage["max_block_wordpieces"]) == (tower, corpus_fingerprint(ids), 64)
+
+    assert main(["info", "--run", str(trained_run.root)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"run {trained_run.root} (model preset tiny)"
+    assert "  finetune  steps 4" in out and "answers with: checkpoints/finetune/4 over index/0" in out
+    assert any(line.startswith("  corpora/copy/index/0     flat, 8 blocks: doc tower step 0") and line.endswith(
+        "8 embedded, 0 reused, 0 dropped") for line in out)
+    assert main(["info", "--run", str(trained_run.root / "nowhere")]) == 2

@@ -1,0 +1,144 @@
+"""REALM's knowledge lives in the corpus: edit facts, re-index without training, and see
+whether the answers follow (Guu et al. 2020, §4.4; `realm index`).
+
+    python bench/edit_corpus.py --run runs/main [--qa FILE ...] [--name edit-demo] [--max_blocks 3]
+
+1. The trained run answers the questions (default: the demo set and the held-out tenths,
+   never trained on) from its own corpus; the questions it answers right are the facts it
+   demonstrably reads.
+2. For each such fact whose answer string occurs in at most `--max_blocks` blocks, every
+   occurrence in those blocks is replaced by a substitute: a year or number moved by +3, any
+   other answer by the answer of another question of the same wh-word (a person for a
+   person, a place for a place). Blocks already edited for another fact are left alone.
+3. The original corpus and then the edited one are indexed under `--name` with the run's
+   trained doc tower (the second index re-embeds only the edited blocks), and the questions
+   are asked again.
+Each edited fact's new answer is counted as following the edit (the substitute), the old
+answer (memorised in the reader or found in a block the edit missed), or something else.
+Ends with one JSON line of the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+
+from realm.flows.demo import evaluation_qa_paths
+from realm.model.qa.answer_metrics import exact_match, normalize_answer
+from realm.model.qa.answering import Answerer
+from realm.model.qa.other_corpus import index_other_corpus
+from realm.model.qa.qa_data import read_qa_file
+from realm.pipelines.chunk import block_id_for
+from realm.schemas import BLOCKS, read_table, write_table
+from realm.schemas.run_layout import RunLayout
+
+_NUMBER = re.compile(r"\d{1,4}")
+
+
+def substitute_for(answer: str, question: str, others: list[tuple[str, str]]) -> str | None:
+    """A different answer of the same kind: a number + 3, else another question's answer with
+    the same wh-word (None when there is none)."""
+    if _NUMBER.fullmatch(answer):
+        return str(int(answer) + 3)
+    wh = question.split()[0].lower()
+    for other_question, other_answer in others:
+        if other_question.split()[0].lower() == wh and normalize_answer(other_answer) != normalize_answer(answer):
+            return other_answer
+    return None
+
+
+def _occurrences(answer: str) -> re.Pattern:
+    return re.compile(rf"(?<!\w){re.escape(answer)}(?!\w)")
+
+
+def edit_blocks(blocks: pa.Table, facts: list[dict], tokenizer, max_blocks: int) -> tuple[pa.Table, list[dict]]:
+    """`blocks` with each fact's answer replaced by its substitute in every block holding it
+    (facts in more than `max_blocks` blocks, or in a block already edited, are skipped); the
+    edited blocks are re-tokenized and get their new content-hash ids, as chunking would give."""
+    rows = blocks.to_pylist()
+    edited_rows: set[int] = set()
+    applied = []
+    for fact in facts:
+        pattern = _occurrences(fact["answer"])
+        holding = [i for i, row in enumerate(rows) if pattern.search(row["text"])]
+        if not holding or len(holding) > max_blocks or edited_rows & set(holding):
+            continue
+        for i in holding:
+            row = rows[i]
+            text = pattern.sub(fact["substitute"], row["text"])
+            body_ids = tokenizer.encode(text)
+            starts = [len(pattern.sub(fact["substitute"], row["text"][:s])) for s in row["sentence_starts"]]
+            row.update(
+                text=text, body_token_ids=body_ids, sentence_starts=starts, block_id=block_id_for(row["title"], text),
+                num_tokens=3 + len(row["title_token_ids"]) + len(body_ids),
+            )
+        edited_rows |= set(holding)
+        applied.append({**fact, "blocks": len(holding)})
+    return pa.Table.from_pylist(rows, schema=BLOCKS), applied
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", required=True, help="a trained run root")
+    parser.add_argument("--qa", nargs="+", default=evaluation_qa_paths())
+    parser.add_argument("--name", default="edit-demo", help="the corpus name the edited corpus is indexed under")
+    parser.add_argument("--max_blocks", type=int, default=3, help="edit only facts found in at most this many blocks")
+    parser.add_argument("--max_block_wordpieces", type=int, help="for a run whose index predates lineage")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+    examples = [e for path in args.qa for e in read_qa_file(path) if e.answer_type == "text"]
+    answerer = Answerer.from_run(args.run)
+    before = answerer.answer([e.question for e in examples], num_read=5, num_retrieve=5)
+    right = [(e, p) for e, p in zip(examples, before) if exact_match(p.answer, e.answers)]
+    others = [(e.question, p.answer) for e, p in right]
+    facts = []
+    for example, prediction in right:
+        substitute = substitute_for(prediction.answer, example.question, others)
+        if substitute is not None:
+            facts.append({"question": example.question, "answer": prediction.answer, "substitute": substitute})
+
+    blocks = read_table(RunLayout.at(args.run).blocks, BLOCKS)
+    edited, applied = edit_blocks(blocks, facts, answerer.tokenizer, args.max_blocks)
+    with tempfile.TemporaryDirectory() as tmp:
+        for corpus, table in (("original", blocks), ("edited", edited)):
+            write_table(str(Path(tmp) / corpus / "blocks" / "part-0.parquet"), table, BLOCKS)
+        first = index_other_corpus(args.run, Path(tmp) / "original", args.name, args.max_block_wordpieces)
+        update = index_other_corpus(args.run, Path(tmp) / "edited", args.name, args.max_block_wordpieces)
+
+    after = Answerer.from_run(args.run, corpus=args.name).answer([f["question"] for f in applied], num_read=5, num_retrieve=5)
+    counts = {"follows the edit": 0, "old answer": 0, "other": 0}
+    print(f"{'question':<60} {'old':<22} {'edited to':<22} {'answer now':<22} outcome")
+    for fact, prediction in zip(applied, after):
+        if exact_match(prediction.answer, [fact["substitute"]]):
+            outcome = "follows the edit"
+        elif exact_match(prediction.answer, [fact["answer"]]):
+            outcome = "old answer"
+        else:
+            outcome = "other"
+        counts[outcome] += 1
+        print(f"{fact['question'][:59]:<60} {fact['answer'][:21]:<22} {fact['substitute'][:21]:<22} "
+              f"{prediction.answer[:21]:<22} {outcome}")
+    n = max(len(applied), 1)
+    print(f"\n{len(examples)} questions, {len(right)} answered right before the edit, {len(applied)} facts edited in "
+          f"{sum(f['blocks'] for f in applied)} blocks")
+    print(f"re-index: version {update.version}, {update.embedded} blocks embedded, {update.reused} unchanged, "
+          f"{update.dropped} dropped, {update.seconds:.0f} s (the first, full index: {first.embedded} blocks, {first.seconds:.0f} s)")
+    for outcome, count in counts.items():
+        print(f"{outcome:<17} {count:>3}  {count / n:.2f}")
+    print(json.dumps({
+        "questions": len(examples), "right_before": len(right), "facts_edited": len(applied),
+        "blocks_edited": sum(f["blocks"] for f in applied), "reindex_embedded": update.embedded,
+        "reindex_seconds": round(update.seconds, 1), "full_index_seconds": round(first.seconds, 1),
+        **{outcome.replace(" ", "_"): count for outcome, count in counts.items()},
+    }))
+
+
+if __name__ == "__main__":
+    main()

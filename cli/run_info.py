@@ -1,0 +1,106 @@
+"""`realm info --run DIR`: what a run folder holds, read from its artifacts alone: the prepared
+corpus's counts, each stage's checkpoints (the best validated one and its exact match), the
+checkpoint and index that answer questions, and every index's lineage (the doc tower and corpus
+snapshot it was built from). Nothing is loaded but JSON manifests and checkpoint states.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from realm.model.index.mips import read_manifest
+from realm.model.networks.checkpoint import BEST_DIR, TRAINING_STATE_FILE, checkpoint_extra
+from realm.model.publish import published_steps
+from realm.model.qa.trained_run import TrainedRun
+from realm.schemas.run_layout import RunLayout
+
+STAGES = ("ict", "pretrain", "warmup", "finetune")
+INDEX_MARKER = "manifest.json"
+
+
+def run_info(root: str | Path) -> dict:
+    layout = RunLayout.at(root)
+    if not layout.root.is_dir():
+        raise FileNotFoundError(f"{root}: no such run folder")
+    summary = layout.root / "summary" / "prepare.json"
+    info = {
+        "run": str(layout.root),
+        "model_preset": layout.model_preset(),
+        "prepare": json.loads(summary.read_text()) if summary.is_file() else None,
+        "stages": {stage: _stage(Path(layout.checkpoints(stage))) for stage in STAGES},
+        "indexes": {},
+    }
+    roots = {"index": layout.index, "bm25": layout.bm25}
+    roots |= {f"corpora/{name}/index": layout.corpus(name).index for name in layout.corpora()}
+    for label, index_root in roots.items():
+        for step, path in published_steps(index_root, INDEX_MARKER):
+            info["indexes"][f"{label}/{step}"] = _index(path)
+    try:
+        trained = TrainedRun.at(layout.root)
+        info["answers_with"] = {"checkpoint": _relative(trained.checkpoint, layout), "index": _relative(trained.index, layout)}
+    except FileNotFoundError as error:
+        info["answers_with"] = {"missing": str(error)}
+    return info
+
+
+def _stage(checkpoint_root: Path) -> dict | None:
+    steps = [step for step, _ in published_steps(checkpoint_root, TRAINING_STATE_FILE)]
+    if not steps:
+        return None
+    best = published_steps(checkpoint_root / BEST_DIR, TRAINING_STATE_FILE)
+    stage = {"steps": steps}
+    if best:
+        recorded = checkpoint_extra(best[-1][1]).get("best") or {}
+        stage["best"] = {"step": best[-1][0], "validation_exact_match": recorded.get("exact_match")}
+    return stage
+
+
+def _index(path: Path) -> dict:
+    manifest = read_manifest(path)
+    return {"type": manifest.get("index_type"), "blocks": manifest.get("count"), "lineage": manifest.get("lineage")}
+
+
+def _relative(path: Path, layout: RunLayout) -> str:
+    return str(path.relative_to(layout.root)) if path.is_relative_to(layout.root) else str(path)
+
+
+def format_info(info: dict) -> str:
+    lines = [f"run {info['run']} (model preset {info['model_preset'] or 'not recorded'})"]
+    prepare = info["prepare"]
+    if prepare:
+        lines.append(
+            f"prepare: {prepare['chunk']['blocks']:,} blocks from {prepare['chunk']['documents']:,} documents, "
+            f"{prepare['trivial']['examples']:,} pre-training examples, {prepare['ict']['examples']:,} ICT examples"
+        )
+    else:
+        lines.append("prepare: no summary/prepare.json")
+    lines.append("checkpoints:")
+    for stage, found in info["stages"].items():
+        if found is None:
+            lines.append(f"  {stage:<9} none")
+            continue
+        best = found.get("best")
+        em = best and best["validation_exact_match"]
+        best_text = f"; best {best['step']}" + (f" (validation EM {em:.3f})" if em is not None else "") if best else ""
+        lines.append(f"  {stage:<9} steps {', '.join(map(str, found['steps']))}{best_text}")
+    answers = info["answers_with"]
+    lines.append("answers with: " + (answers.get("missing") or f"{answers['checkpoint']} over {answers['index']}"))
+    lines.append("indexes:")
+    for name, index in info["indexes"].items():
+        lineage = index["lineage"]
+        if index["type"] == "bm25":
+            built = "BM25 over the run's blocks (no doc tower)"
+        elif lineage is None:
+            built = "built before lineage was recorded"
+        else:
+            tower, corpus = lineage["doc_tower"], lineage["corpus"]
+            built = (f"doc tower step {tower['step']} (sha256 {tower['sha256'][:12]}), corpus {corpus['blocks']:,} "
+                     f"blocks (sha256 {corpus['content_sha256'][:12]}), {lineage['max_block_wordpieces']} wordpieces a "
+                     f"block, built {lineage['built_at']}")
+            if "embedded" in lineage:
+                built += f"; {lineage['embedded']} embedded, {lineage['reused']} reused, {lineage['dropped']} dropped"
+        lines.append(f"  {name:<24} {index['type']}, {index['blocks']:,} blocks: {built}")
+    if not info["indexes"]:
+        lines.append("  none")
+    return "\n".join(lines)
