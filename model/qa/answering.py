@@ -13,20 +13,21 @@ measured over them, `answer_rank`), and the reader reads the top `num_read`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from realm.model.qa.answer_metrics import answer_in_text
+from realm.model.qa.answer_metrics import answer_in_text, normalize_answer
 from realm.model.index.block_store import BlockStore
 from realm.model.networks.checkpoint import load_components
 from realm.model.networks.config import ModelConfig
 from realm.model.networks.device import autocast, select_device
 from realm.model.qa.question_retrieval import QuestionRetriever, load_question_retriever
 from realm.model.qa.trained_run import TrainedRun
-from realm.model.networks.reader import Reader, best_span, body_offsets, joint_span_logits, reader_inputs, span_text
+from realm.model.networks.reader import Reader, SpanTable, body_offsets, joint_span_logits, reader_inputs
 from realm.model.tokenization import MAX_QUESTION_WORDPIECES, WordPieceTokenizer
 
 
@@ -53,6 +54,74 @@ class Prediction:
     @property
     def retrieved_block_ids(self) -> list[int]:
         return [e.block_id for e in self.evidence]
+
+
+# The best spans of the joint softmax whose shares are summed per answer string. The reader's
+# loss is the marginal over every span of the gold answer (all its occurrences in all read
+# blocks), so the prediction is the string with the largest marginal, not the single best span.
+ANSWER_CANDIDATES = 32
+
+
+@dataclass(frozen=True)
+class Answer:
+    candidate: int  # the read block (its position in the retrieval order) of the answer's best span
+    start: int  # body-relative wordpieces of that span
+    end: int
+    text: str  # the block's text at the span, as written
+    offsets: tuple[int, int] | None  # its character offsets in the block's text (None: text is not the body's)
+    log_prob: float  # log of the summed share of every span with this text (normalised)
+
+
+def best_answer(
+    tokenizer: WordPieceTokenizer,
+    log_probs: torch.Tensor,
+    valid: torch.Tensor,
+    spans: SpanTable,
+    read: dict[int, tuple[list[int], str]],
+) -> Answer | None:
+    """The answer string with the largest summed probability among the `ANSWER_CANDIDATES`
+    best spans of one question's joint softmax (`log_probs` and `valid`, [read · spans]);
+    `read` maps each read block's position to its (body wordpieces, text). Spans that start or
+    end inside a word (next to a `##` wordpiece) are answers only when every candidate does;
+    strings compare after the exact-match normalisation. None when no span is valid."""
+    top = torch.topk(log_probs.masked_fill(~valid, float("-inf")), min(ANSWER_CANDIDATES, log_probs.numel()))
+    offsets = {candidate: body_offsets(tokenizer, body, text) for candidate, (body, text) in read.items()}
+    totals: dict[str, float] = {}
+    first: dict[str, Answer] = {}
+    fallback = None
+    for log_prob, flat in zip(top.values.tolist(), top.indices.tolist()):
+        if log_prob == float("-inf"):
+            break
+        candidate, span_index = divmod(flat, spans.valid.shape[1])
+        start, end = spans.body_span(span_index)
+        answer = _span_answer(tokenizer, read[candidate], offsets[candidate], candidate, start, end, log_prob)
+        if answer.offsets is not None and cuts_a_word(read[candidate][1], *answer.offsets):
+            fallback = fallback or answer
+            continue
+        key = _answer_key(answer.text)
+        totals[key] = float(np.logaddexp(totals.get(key, float("-inf")), log_prob))
+        first.setdefault(key, answer)
+    if not first:
+        return fallback
+    key = max(totals, key=totals.__getitem__)
+    return dataclasses.replace(first[key], log_prob=totals[key])
+
+
+def _span_answer(tokenizer, block: tuple[list[int], str], offsets, candidate: int, start: int, end: int, log_prob: float) -> Answer:
+    body, text = block
+    if offsets is None:  # a block whose text is not its body's: decoded wordpieces
+        return Answer(candidate, start, end, tokenizer.decode(list(body[start : end + 1])), None, log_prob)
+    return Answer(candidate, start, end, text[offsets[start][0] : offsets[end][1]], (offsets[start][0], offsets[end][1]), log_prob)
+
+
+def _answer_key(text: str) -> str:
+    return normalize_answer(text) or text
+
+
+def cuts_a_word(text: str, start: int, end: int) -> bool:
+    """Whether text[start:end] begins or ends inside a word."""
+    inside = lambda i: 0 < i < len(text) and text[i - 1].isalnum() and text[i].isalnum()  # noqa: E731
+    return inside(start) or inside(end)
 
 
 def answer_rank(evidence: Sequence[Evidence], answers: Sequence[str], answer_type: str = "text") -> int | None:
@@ -170,9 +239,10 @@ class Answerer:
             retrieved[:, :num_read],
         )  # [batch, read * spans]
 
+        log_probs = torch.log_softmax(joint_logits, dim=-1)  # [batch, read * spans]
+        valid = spans.valid.view(len(questions), -1)  # [batch, read * spans], block-major as joint_logits
         predictions = []
         for row, question in enumerate(questions):
-            best = best_span(joint_logits[row], spans)
             evidence = [
                 Evidence(
                     int(block_id), self.blocks.title(int(block_id)), self.blocks.text(int(block_id)), float(log_p.exp())
@@ -180,16 +250,20 @@ class Answerer:
                 for block_id, log_p, ok in zip(block_ids[row], log_p_z[row], retrieved[row])
                 if ok
             ]
-            if not retrieved[row, best.candidate]:  # nothing retrieved at all (an empty corpus)
+            if not retrieved[row].any():  # nothing retrieved at all (an empty corpus)
                 predictions.append(Prediction(question, "", float("-inf"), 0.0, evidence, None))
                 continue
-            block_id = int(block_ids[row, best.candidate])
-            body, text = bodies[row][best.candidate], self.blocks.text(block_id)
-            offsets = body_offsets(self.tokenizer, body, text)
-            answer_offsets = None if offsets is None else (offsets[best.start][0], offsets[best.end][1])
-            answer = span_text(self.tokenizer, body, text, best.start, best.end)
+            read = {
+                candidate: (body, self.blocks.text(int(block_ids[row, candidate])))
+                for candidate, body in enumerate(bodies[row])
+            }
+            best = best_answer(self.tokenizer, log_probs[row], valid[row], spans, read)
+            if best is None:  # the read blocks have no body to answer from
+                predictions.append(Prediction(question, "", float("-inf"), 0.0, evidence, None))
+                continue
             predictions.append(
-                Prediction(question, answer, best.log_prob, float(np.exp(best.log_prob)), evidence, block_id, answer_offsets)
+                Prediction(question, best.text, best.log_prob, float(np.exp(best.log_prob)), evidence,
+                           int(block_ids[row, best.candidate]), best.offsets)
             )
         return predictions
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from realm.model.qa.answering import Answerer, Evidence, answer_rank
+from realm.model.qa.answer_metrics import normalize_answer
+from realm.model.qa.answering import ANSWER_CANDIDATES, Answerer, Evidence, answer_rank, best_answer, cuts_a_word
 from realm.model.index.block_store import BlockStore
 from realm.model.networks.checkpoint import save_checkpoint
 from realm.model.networks.config import build_component
@@ -12,7 +13,7 @@ from realm.model.networks.inputs import pad_batch
 from realm.model.index.bm25 import Bm25Index
 from realm.model.index.mips import BruteForceIndex, MipsIndex
 from realm.model.qa.question_retrieval import DenseRetriever
-from realm.model.networks.reader import build_reader, reader_inputs, span_text
+from realm.model.networks.reader import body_offsets, build_reader, reader_inputs, span_text
 from realm.model.networks.retriever import Embedder
 from realm.model.tokenization import join
 from tests.model.corpus_fixture import CORPUS
@@ -72,13 +73,13 @@ def test_evidence_is_the_mips_top_k_with_probabilities_summing_to_one(answerer, 
         assert all((e.title, e.text) == texts[e.block_id] for e in prediction.evidence)
 
 
-def test_answer_is_the_argmax_of_one_softmax_over_the_read_blocks_spans_scored_one_block_at_a_time(
-    answerer, tokenizer
-):
+def test_answer_is_the_string_with_the_largest_share_of_one_softmax_over_the_read_blocks_spans(answerer, tokenizer):
     """Brute force: each read block through the reader alone (no batching, no padding); every
     (block, span) scores log p(z|x) + span score, p(z|x) over the retrieved blocks (a constant
-    away from the retrieval logit); the answer is the argmax, its score the log of its share
-    of one softmax over all of them, and its text the block's own."""
+    away from the retrieval logit), normalised in one softmax over all of them. Among the
+    ANSWER_CANDIDATES best spans that do not cut a word, the answer is the string (after
+    exact-match normalisation) with the largest summed share, its text the block's own at its
+    best span, its score the log of that sum."""
     num_read = 3
     for prediction in answerer.answer(QUESTIONS, num_read=num_read, num_retrieve=6):
         question_ids = tokenizer.encode(prediction.question)
@@ -88,14 +89,42 @@ def test_answer_is_the_argmax_of_one_softmax_over_the_read_blocks_spans_scored_o
             joint, spans = reader_inputs(tokenizer, [(question_ids, body)])
             with torch.no_grad():
                 span_logits = answerer.reader.span_logits(joint, spans)[0]  # [spans]
+            offsets = body_offsets(tokenizer, body, evidence.text)
             for span_index in spans.valid[0].nonzero().flatten().tolist():
+                start, end = spans.body_span(span_index)
                 scores.append(math.log(evidence.probability) + float(span_logits[span_index]))
-                answers.append((evidence.block_id, span_text(tokenizer, body, evidence.text, *spans.body_span(span_index))))
-        best = int(np.argmax(scores))
-        assert prediction.score == pytest.approx(scores[best] - float(torch.logsumexp(torch.tensor(scores), 0)), abs=1e-4)
-        assert (prediction.block_id, prediction.answer) == answers[best]
+                char_start, char_end = offsets[start][0], offsets[end][1]
+                answers.append((evidence.block_id, evidence.text[char_start:char_end],
+                                cuts_a_word(evidence.text, char_start, char_end)))
+        log_shares = torch.log_softmax(torch.tensor(scores, dtype=torch.float64), 0).tolist()
+        top = sorted(range(len(scores)), key=lambda i: -scores[i])[:ANSWER_CANDIDATES]
+        totals: dict[str, float] = {}
+        for i in top:
+            if not answers[i][2]:
+                totals[normalize_answer(answers[i][1])] = totals.get(normalize_answer(answers[i][1]), 0.0) + math.exp(log_shares[i])
+        winner = max(totals, key=totals.__getitem__)
+        best = next(i for i in top if not answers[i][2] and normalize_answer(answers[i][1]) == winner)
+        assert prediction.score == pytest.approx(math.log(totals[winner]), abs=1e-4)
+        assert (prediction.block_id, prediction.answer) == answers[best][:2]
         assert prediction.probability == pytest.approx(math.exp(prediction.score))
         assert prediction.answer in _spans_of(tokenizer, answerer.blocks, prediction.block_id)
+
+
+def test_answers_sum_over_the_spans_of_one_string_and_never_cut_a_word(tokenizer):
+    text = "Paris, not Lyon; Lyon is in Zyxtrelland."
+    body = tokenizer.encode(text)
+    _, spans = reader_inputs(tokenizer, [(tokenizer.encode("q"), body)], 3)
+    offsets = body_offsets(tokenizer, body, text)
+    pieces = [text[s:e] for s, e in offsets]
+    assert pieces[:6] == ["Paris", ",", "not", "Lyon", ";", "Lyon"] and pieces[8:10] == ["Z", "yx"]  # a word of several pieces
+    log_probs = torch.full((spans.valid.shape[1],), -30.0)
+    for (start, end), p in {(0, 0): 0.2, (3, 3): 0.16, (5, 5): 0.14, (9, 9): 0.5}.items():
+        log_probs[spans.index(start, end)] = math.log(p)
+    best = best_answer(tokenizer, torch.log_softmax(log_probs, 0), spans.valid[0], spans, {0: (body, text)})
+    # "yx" (0.5) cuts a word; Lyon's two spans (0.3) beat Paris's one (0.2).
+    assert (best.text, best.start, best.offsets) == ("Lyon", 3, offsets[3])
+    assert best.log_prob == pytest.approx(math.log(0.3), abs=1e-3)
+    assert cuts_a_word("Bonaparte", 0, 4) and cuts_a_word("Bonaparte", 4, 9) and not cuts_a_word("Jay-Z", 0, 3)
 
 
 def test_retrieving_more_than_the_corpus_returns_every_block_once(answerer):
