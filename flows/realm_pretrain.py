@@ -46,7 +46,8 @@ def refresh_index(
 
 
 def _load_published(index_path: str):
-    from realm.model.index.mips import MipsIndex, read_manifest
+    from realm.model.index.mips import MipsIndex
+    from realm.model.publish import read_manifest
 
     return MipsIndex.load(index_path), int(read_manifest(index_path)["checkpoint_step"])
 

@@ -199,7 +199,7 @@ def build_retriever_index(output: str, model_preset: str, checkpoint: str, max_b
     (built once; an existing publish of that step is reused)."""
     from realm.model.networks.config import ModelConfig
     from realm.model.networks.device import select_device
-    from realm.model.index.mips import MANIFEST_FILE
+    from realm.model.publish import MANIFEST_FILE
     from realm.model.index.rebuild import rebuild_index
 
     layout = RunLayout.at(output)

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from realm.model.index.embed_corpus import embed_blocks, load_embeddings
-from realm.model.index.mips import MipsIndex, read_manifest
+from realm.model.index.mips import MipsIndex
+from realm.model.publish import read_manifest
 from realm.model.index.rebuild import fit_block_batch, rebuild_index
 from realm.model.training.pretrain_step import encoder_log_likelihood, encoder_log_probs, make_pretrain_batch, retrieve
 from realm.model.networks.retriever import Embedder
