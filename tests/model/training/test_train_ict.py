@@ -121,6 +121,11 @@ def test_a_run_whose_newest_checkpoint_was_damaged_resumes_from_the_one_before(i
     assert all(torch.equal(resumed_weights[key], value) for key, value in straight_weights.items())
 
 
+def test_only_the_newest_keep_checkpoints_stay(ict_examples_path, tmp_path, tiny_config):
+    _train(ict_examples_path, tmp_path, tiny_config, CONFIG.model_copy(update={"checkpoint_every": 1}))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["3", "4"]  # keep_checkpoints: 2 by default
+
+
 def test_a_finished_run_returns_its_evaluation_without_training(ict_examples_path, tmp_path, tiny_config):
     done, _ = _train(ict_examples_path, tmp_path, tiny_config)
     again, logged = _train(ict_examples_path, tmp_path, tiny_config)
