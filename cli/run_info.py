@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from realm.model.index.mips import read_manifest
 from realm.model.networks.checkpoint import BEST_DIR, TRAINING_STATE_FILE, checkpoint_extra
-from realm.model.publish import published_steps
+from realm.model.publish import MANIFEST_FILE, published_steps, read_manifest
 from realm.model.qa.trained_run import TrainedRun
 from realm.schemas.run_layout import RunLayout
 
 STAGES = ("ict", "pretrain", "warmup", "finetune")
-INDEX_MARKER = "manifest.json"
 
 
 def run_info(root: str | Path) -> dict:
@@ -34,8 +32,9 @@ def run_info(root: str | Path) -> dict:
     roots = {"index": layout.index, "bm25": layout.bm25}
     roots |= {f"corpora/{name}/index": layout.corpus(name).index for name in layout.corpora()}
     for label, index_root in roots.items():
-        for step, path in published_steps(index_root, INDEX_MARKER):
-            info["indexes"][f"{label}/{step}"] = _index(path)
+        for step, path in published_steps(index_root):
+            if (path / MANIFEST_FILE).is_file():
+                info["indexes"][f"{label}/{step}"] = _index(path)
     try:
         trained = TrainedRun.at(layout.root)
         info["answers_with"] = {"checkpoint": _relative(trained.checkpoint, layout), "index": _relative(trained.index, layout)}
@@ -45,10 +44,10 @@ def run_info(root: str | Path) -> dict:
 
 
 def _stage(checkpoint_root: Path) -> dict | None:
-    steps = [step for step, _ in published_steps(checkpoint_root, TRAINING_STATE_FILE)]
+    steps = [step for step, path in published_steps(checkpoint_root) if (path / TRAINING_STATE_FILE).is_file()]
     if not steps:
         return None
-    best = published_steps(checkpoint_root / BEST_DIR, TRAINING_STATE_FILE)
+    best = [(step, path) for step, path in published_steps(checkpoint_root / BEST_DIR) if (path / TRAINING_STATE_FILE).is_file()]
     stage = {"steps": steps}
     if best:
         recorded = checkpoint_extra(best[-1][1]).get("best") or {}

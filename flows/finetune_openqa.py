@@ -60,7 +60,8 @@ def build_bm25_index(output: str) -> str:
     import pyarrow.parquet as pq
 
     from realm.model.index.bm25 import Bm25Index
-    from realm.model.index.mips import latest_published, read_manifest
+    from realm.model.index.mips import latest_published
+    from realm.model.publish import read_manifest
     from realm.schemas.io import parquet_files
 
     layout = RunLayout.at(output)

@@ -25,9 +25,11 @@ from realm.flows.reporting import TrainingReporter
 
 @task(name="realm-refresh-index", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
 def refresh_index(
-    output: str, model_preset: str, snapshot_dir: str, snapshot_step: int, max_block_wordpieces: int, device: str | None
+    output: str, model_preset: str, snapshot_dir: str, snapshot_step: int, max_block_wordpieces: int, keep: int,
+    device: str | None,
 ) -> dict:
-    """Re-embed every block with the doc-tower snapshot and publish `index/<snapshot_step>/`."""
+    """Re-embed every block with the doc-tower snapshot and publish `index/<snapshot_step>/`
+    (and its embeddings), keeping the newest `keep` of each."""
     import time
 
     from realm.model.networks.config import ModelConfig
@@ -38,7 +40,7 @@ def refresh_index(
     started = time.perf_counter()
     path = rebuild_index(
         layout.blocks, snapshot_dir, layout.embeddings, layout.index, snapshot_step,
-        ModelConfig.preset(model_preset), device=select_device(device), max_block_wordpieces=max_block_wordpieces,
+        ModelConfig.preset(model_preset), keep, device=select_device(device), max_block_wordpieces=max_block_wordpieces,
     )
     seconds = time.perf_counter() - started
     get_run_logger().info("published index %s (snapshot step %d) in %.1f s", path, snapshot_step, seconds)
@@ -46,7 +48,8 @@ def refresh_index(
 
 
 def _load_published(index_path: str):
-    from realm.model.index.mips import MipsIndex, read_manifest
+    from realm.model.index.mips import MipsIndex
+    from realm.model.publish import read_manifest
 
     return MipsIndex.load(index_path), int(read_manifest(index_path)["checkpoint_step"])
 
@@ -80,7 +83,8 @@ def realm_pretrain(
     def submit_refresh():
         snapshot = trainer.snapshot_doc_tower(str(layout.snapshots / str(trainer.step)))
         return refresh_index.submit(
-            str(layout.root), run.model_preset, snapshot, trainer.step, params.max_block_wordpieces, run.device
+            str(layout.root), run.model_preset, snapshot, trainer.step, params.max_block_wordpieces,
+            params.keep_checkpoints, run.device,
         )
 
     # On resume: the index the checkpoint was training against, so no step sees another one.

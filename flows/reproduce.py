@@ -194,12 +194,14 @@ class StageTimer:
 
 
 @task(name="realm-build-retriever-index", cache_policy=NO_CACHE)
-def build_retriever_index(output: str, model_preset: str, checkpoint: str, max_block_wordpieces: int, device: str | None) -> str:
+def build_retriever_index(
+    output: str, model_preset: str, checkpoint: str, max_block_wordpieces: int, keep: int, device: str | None
+) -> str:
     """`<output>/index/<checkpoint step>/`: every block embedded by `checkpoint`'s doc tower
     (built once; an existing publish of that step is reused)."""
     from realm.model.networks.config import ModelConfig
     from realm.model.networks.device import select_device
-    from realm.model.index.mips import MANIFEST_FILE
+    from realm.model.publish import MANIFEST_FILE
     from realm.model.index.rebuild import rebuild_index
 
     layout = RunLayout.at(output)
@@ -208,7 +210,7 @@ def build_retriever_index(output: str, model_preset: str, checkpoint: str, max_b
         return str(Path(layout.index) / str(step))
     return str(rebuild_index(
         layout.blocks, str(Path(checkpoint) / "doc_embedder"), layout.embeddings, layout.index, step,
-        ModelConfig.preset(model_preset), device=select_device(device), max_block_wordpieces=max_block_wordpieces,
+        ModelConfig.preset(model_preset), keep, device=select_device(device), max_block_wordpieces=max_block_wordpieces,
     ))
 
 
@@ -260,7 +262,8 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
             ict = ict_warm_start(base, stages.ict)
         with timer("ict_index"):
             ict_index = build_retriever_index(
-                base.output, base.model_preset, ict["checkpoint"], stages.pretrain.max_block_wordpieces, base.device
+                base.output, base.model_preset, ict["checkpoint"], stages.pretrain.max_block_wordpieces,
+                stages.pretrain.keep_checkpoints, base.device,
             )
 
     pretrain_updates = {

@@ -1,16 +1,36 @@
-"""Step directories published by rename, as REALM's `refresh_doc_embeds.py` commits an index.
+"""Step directories published by rename, as REALM's `refresh_doc_embeds.py` commits an index,
+each carrying a manifest that readers check before they trust it.
 
-A writer fills `<root>/.tmp-<step>-<pid>/`, writes its marker file (manifest or training
-state) last, then renames the directory to `<root>/<step>/`. A rename within one filesystem
-is atomic, so a reader listing `<root>` sees a step either complete or not at all; readers
-also skip any step directory without its marker. Old steps beyond `keep` are removed.
+A writer fills `<root>/.tmp-<step>-<pid>/`; `publish` writes `manifest.json` into it last
+(every file's relative path, size in bytes and sha256, what the writer adds, and the step
+directories the new one `uses`), then renames the directory to `<root>/<step>/`. A rename
+within one filesystem is atomic, so a reader listing `<root>` sees a step either complete or
+not at all. Files can still go bad after the rename (a disk that filled up, a copy cut short,
+a flipped bit): `latest_verified` gives the newest step whose files match its manifest,
+warning about each newer one that does not, so a run resumes from the step before a damaged one.
+
+Retention: after a publish, only the newest `keep` steps are kept, plus any step a manifest
+elsewhere in the run names in its `uses` (an index a checkpoint was trained against, the
+checkpoint a later stage started from).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MANIFEST_FILE = "manifest.json"
+
+
+class IntegrityError(RuntimeError):
+    """A published step directory whose files do not match its manifest, or that has none."""
 
 
 def staging_dir(root: str | os.PathLike, step: int) -> Path:
@@ -22,9 +42,19 @@ def staging_dir(root: str | os.PathLike, step: int) -> Path:
     return path
 
 
-def publish(staging: Path, root: str | os.PathLike, step: int, keep: int | None = None) -> Path:
-    """Rename `staging` to `<root>/<step>/` (replacing a previous publish of the same step)
-    and delete all but the newest `keep` published steps."""
+def publish(
+    staging: Path,
+    root: str | os.PathLike,
+    step: int,
+    keep: int | None = None,
+    *,
+    uses: Iterable[str | os.PathLike] = (),
+    metadata: dict | None = None,
+) -> Path:
+    """Write the manifest into `staging` (with `metadata` and the step directories it `uses`),
+    rename it to `<root>/<step>/` (replacing a previous publish of the same step) and, with
+    `keep`, remove older steps (`prune`)."""
+    write_manifest(staging, uses, metadata or {})
     target = Path(root) / str(step)
     if target.exists():
         # Re-publishing a step (a resumed run redoing it): move the old one aside first,
@@ -36,25 +66,116 @@ def publish(staging: Path, root: str | os.PathLike, step: int, keep: int | None 
     else:
         os.rename(staging, target)
     if keep is not None:
-        for _, old in published_steps(root)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        prune(root, step, keep)
     return target
 
 
-def published_steps(root: str | os.PathLike, marker: str | None = None) -> list[tuple[int, Path]]:
-    """(step, path) of every published step directory, oldest first; with `marker`, only
-    those that contain that file."""
+def write_manifest(staging: Path, uses: Iterable[str | os.PathLike], metadata: dict) -> None:
+    files = {
+        path.relative_to(staging).as_posix(): {"size": path.stat().st_size, "sha256": file_sha256(path)}
+        for path in sorted(staging.rglob("*"))
+        if path.is_file() and path.name != MANIFEST_FILE
+    }
+    # Relative to the step directory (the staging dir sits beside it, at the same depth), so
+    # a run folder moved elsewhere still names what it uses.
+    used = [os.path.relpath(os.path.abspath(path), os.path.abspath(staging)) for path in uses]
+    manifest = {**metadata, "files": files, "uses": used}
+    (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
+
+
+def prune(root: str | os.PathLike, step: int, keep: int) -> None:
+    """Remove the steps of `root` older than the newest `keep` up to `step`, except those a
+    manifest under `root`'s parent (the run root for index/ and embeddings/, checkpoints/ for
+    a stage's checkpoints) `uses`. Steps after `step` are left alone: they are newer ones a
+    resumed run fell back from (damaged), which it will publish again."""
+    kept_or_older = [path for number, path in published_steps(root) if number <= step]
+    in_use = used_step_dirs(Path(root).parent)
+    for path in kept_or_older[:-keep]:
+        if path.resolve() not in in_use:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def used_step_dirs(search_root: Path) -> set[Path]:
+    """Every step directory a manifest under `search_root` names in its `uses`, resolved."""
+    used = set()
+    for manifest_path in search_root.rglob(MANIFEST_FILE):
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue  # a damaged manifest protects nothing; its own step is skipped by readers
+        used.update((manifest_path.parent / path).resolve() for path in manifest.get("uses", []))
+    return used
+
+
+def published_steps(root: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(step, path) of every published step directory, oldest first."""
     root = Path(root)
     if not root.is_dir():
         return []
-    steps = []
-    for entry in root.iterdir():
-        if entry.is_dir() and entry.name.isdigit() and (marker is None or (entry / marker).is_file()):
-            steps.append((int(entry.name), entry))
-    return sorted(steps)
+    return sorted((int(entry.name), entry) for entry in root.iterdir() if entry.is_dir() and entry.name.isdigit())
 
 
-def latest_step_dir(root: str | os.PathLike, marker: str) -> Path | None:
-    """The newest published step directory holding `marker`, or None."""
-    steps = published_steps(root, marker)
-    return steps[-1][1] if steps else None
+def read_manifest(step_dir: str | os.PathLike) -> dict:
+    """The manifest of a published step directory; `IntegrityError` naming it if it has none."""
+    path = Path(step_dir) / MANIFEST_FILE
+    if not path.is_file():
+        raise IntegrityError(f"{step_dir}: no {MANIFEST_FILE}; not a published step")
+    try:
+        return json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise IntegrityError(f"{path}: does not parse ({error})") from None
+
+
+def verify_step(step_dir: str | os.PathLike) -> dict:
+    """The manifest of `step_dir` once every file it lists is there with its size and sha256;
+    else `IntegrityError` naming the first file that is not and what is wrong with it."""
+    step_dir = Path(step_dir)
+    manifest = read_manifest(step_dir)
+    files = _listed_files(manifest)
+    # Sizes first: a stat per file finds a truncated or missing file before any hashing.
+    for name, listed in files.items():
+        path = step_dir / name
+        if not path.is_file():
+            raise IntegrityError(f"{path}: missing, {MANIFEST_FILE} lists it")
+        size = path.stat().st_size
+        if "size" in listed and size != listed["size"]:
+            raise IntegrityError(f"{path}: size {size}, {MANIFEST_FILE} says {listed['size']}")
+    for name, listed in files.items():
+        if file_sha256(step_dir / name) != listed["sha256"]:
+            raise IntegrityError(f"{step_dir / name}: sha256 does not match {MANIFEST_FILE} (corrupt)")
+    return manifest
+
+
+def _listed_files(manifest: dict) -> dict[str, dict]:
+    if "files" in manifest:
+        return manifest["files"]
+    # Indexes published before sizes were recorded list their files' sha256 alone.
+    return {name: {"sha256": digest} for name, digest in manifest.get("sha256", {}).items()}
+
+
+def latest_verified(root: str | os.PathLike, legacy_marker: str | None = None) -> Path | None:
+    """The newest `<root>/<step>/` whose files match its manifest, or None. Each newer step
+    that does not is skipped with a warning naming the file. A step without a manifest is
+    skipped too, unless `legacy_marker` is given and the step holds that file: older realm
+    wrote no manifest but wrote that file last, so its presence still marks a complete step
+    and runs begun before manifests existed keep resuming."""
+    for _, path in reversed(published_steps(root)):
+        if not (path / MANIFEST_FILE).is_file():
+            if legacy_marker is not None and (path / legacy_marker).is_file():
+                return path
+            continue
+        try:
+            verify_step(path)
+        except IntegrityError as problem:
+            log.warning("%s; falling back to an older step", problem)
+            continue
+        return path
+    return None
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -23,6 +23,11 @@ def artifact_dir(output: str, name: str) -> str:
     return FileSystems.join(output, name)
 
 
+def artifact_pattern(path: str) -> str:
+    """The Parquet files of an artifact directory, or `path` itself when it is a glob."""
+    return path if any(c in path for c in "*?[") else FileSystems.join(path, "*.parquet")
+
+
 class WriteArtifact(beam.PTransform):
     """Write dict records to `<output>/<name>/<file_prefix>-*.parquet` with `schema`."""
 
@@ -62,7 +67,7 @@ class ReadArtifact(beam.PTransform):
 
     def __init__(self, path: str, schema: pa.Schema):
         super().__init__(label=f"Read{_camel(os.path.basename(path.rstrip('/')) or 'Artifact')}")
-        self.pattern = path if any(c in path for c in "*?[") else FileSystems.join(path, "*.parquet")
+        self.pattern = artifact_pattern(path)
         self.schema = schema
 
     def expand(self, pbegin):

@@ -4,13 +4,20 @@ Without `--runner`, pipelines run on Beam's local runner with 2 worker processes
 project's default machine). After the run the Beam counters under `realm.<stage>` are
 printed as one table and written to `<output>/summary/<name>.json`, so a user sees how many
 records each stage kept, skipped and dead-lettered without opening the Parquet files.
+Beam's local runner leaves directories in the system temp folder after every pipeline (its
+job server's `beam-temp*`, the staged dependencies' `tmp*`); they go to a private folder
+instead, removed when the pipeline ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import shutil
+import tempfile
 from collections import defaultdict
+from collections.abc import Iterator
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -67,21 +74,57 @@ def format_summary(counts: dict[str, dict[str, int]], stage_order: list[str]) ->
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def private_temp_folder() -> Iterator[None]:
+    """Python's temp folder is a fresh one of its own until the block ends, then removed."""
+    # Beam makes its folders with tempfile.mkdtemp() and no `dir`, so redirecting the
+    # process's default is the one handle; a pipeline run is the only work of its process
+    # (the CLI, or the prepare task before any other stage starts).
+    folder, previous = tempfile.mkdtemp(prefix="realm-beam-"), tempfile.tempdir
+    tempfile.tempdir = folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def execute(build, argv: list[str]) -> dict[str, dict[str, int]]:
+    """Build with `build(pipeline)`, run to completion; the per-stage counts (`stage_counters`)."""
+    with private_temp_folder():
+        pipeline = beam.Pipeline(options=PipelineOptions(with_local_defaults(argv)))
+        build(pipeline)
+        result = pipeline.run()
+        result.wait_until_finish()
+        return stage_counters(result)
+
+
+def summary_file(name: str) -> str:
+    """Where a pipeline's counts are saved, relative to its output."""
+    return f"summary/{name}.json"
+
+
+def summary_path(output: str, name: str) -> str:
+    return FileSystems.join(output, summary_file(name))
+
+
+def write_summary(output: str, name: str, counts: dict[str, dict[str, int]]) -> None:
+    with FileSystems.create(summary_path(output, name)) as handle:
+        handle.write(json.dumps(counts, indent=2, sort_keys=True).encode("utf-8"))
+
+
+def print_summary(output: str, name: str, counts: dict[str, dict[str, int]], stage_order: list[str]) -> None:
+    print(f"realm {name}: per-stage counts (also in {summary_path(output, name)})")
+    print(format_summary(counts, stage_order))
+
+
 def run_pipeline(
     build, argv: list[str], output: str, name: str, stage_order: list[str]
 ) -> dict[str, dict[str, int]]:
-    """Build with `build(pipeline)`, run to completion, print and save the per-stage counts."""
-    options = PipelineOptions(with_local_defaults(argv))
-    pipeline = beam.Pipeline(options=options)
-    build(pipeline)
-    result = pipeline.run()
-    result.wait_until_finish()
-    counts = stage_counters(result)
-    summary_path = FileSystems.join(output, "summary", f"{name}.json")
-    with FileSystems.create(summary_path) as handle:
-        handle.write(json.dumps(counts, indent=2, sort_keys=True).encode("utf-8"))
-    print(f"realm {name}: per-stage counts (also in {summary_path})")
-    print(format_summary(counts, stage_order))
+    """Build with `build(pipeline)`, run to completion, save and print the per-stage counts."""
+    counts = execute(build, argv)
+    write_summary(output, name, counts)
+    print_summary(output, name, counts, stage_order)
     return counts
 
 

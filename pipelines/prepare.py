@@ -9,6 +9,12 @@ Writes `documents/`, `blocks/`, `pretrain_examples/` (with `forbidden_block_ids`
 per-stage counts. Without `--knowledge_blocks`, the knowledge corpus Z is the blocks built
 here (X = Z, as in Wikipedia pre-training); with it, e.g. CC-News examples are filtered
 against a Wikipedia corpus built by an earlier run (X != Z).
+
+Nothing of a prepared run is lost to a failed prepare: the inputs are checked first (an
+`--input` or `--knowledge_blocks` that names no file stops it with one line naming it), the
+artifacts and summary are built in a staging directory inside `--output` and replace the
+run's only once the pipeline has succeeded (`realm.pipelines.staging`), which also makes
+inputs inside the run (its own `documents/` or `blocks/`) safe to read.
 """
 
 from __future__ import annotations
@@ -16,15 +22,17 @@ from __future__ import annotations
 import sys
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from realm.pipelines.artifacts import ReadArtifact, WriteArtifact
+from realm.pipelines.artifacts import ReadArtifact, WriteArtifact, artifact_pattern
 from realm.pipelines.chunk import ChunkDocuments
-from realm.pipelines.execution import clear_artifact, run_pipeline
+from realm.pipelines.execution import execute, print_summary, summary_file, write_summary
 from realm.pipelines.ict import BuildIctExamples
 from realm.pipelines.options import RealmOptions, require
 from realm.pipelines.readers import read_corpus
 from realm.pipelines.salient import TagSalientSpans
+from realm.pipelines.staging import move_into_place, staged_output
 from realm.pipelines.trivial import FilterTrivialRetrievals
 from realm.schemas import BLOCKS, DEAD_LETTER, DOCUMENTS, ICT_EXAMPLES, PRETRAIN_EXAMPLES
 
@@ -39,7 +47,8 @@ OUTPUT_SCHEMAS = {
 }
 
 
-def build_prepare_pipeline(pipeline: beam.Pipeline, options: RealmOptions) -> None:
+def build_prepare_pipeline(pipeline: beam.Pipeline, options: RealmOptions, output: str) -> None:
+    """The whole preparation, its artifacts written under `output`."""
     read = read_corpus(pipeline, options.corpus, options.input, limit=options.limit)
     documents = read["documents"]
     chunked = documents | ChunkDocuments(options.model_dir, options.max_block_wordpieces)
@@ -66,18 +75,31 @@ def build_prepare_pipeline(pipeline: beam.Pipeline, options: RealmOptions) -> No
         "dead_letter": dead_letters | "FlattenDeadLetters" >> beam.Flatten(),
     }
     for name, schema in OUTPUT_SCHEMAS.items():
-        outputs[name] | WriteArtifact(options.output, name, schema, file_prefix=NAME)
+        outputs[name] | WriteArtifact(output, name, schema, file_prefix=NAME)
+
+
+def check_inputs(options: RealmOptions) -> None:
+    """FileNotFoundError naming the flag and its value when an input matches no file."""
+    inputs = [("--input", options.input, options.input)]
+    if options.knowledge_blocks:
+        inputs.append(("--knowledge_blocks", options.knowledge_blocks, artifact_pattern(options.knowledge_blocks)))
+    for flag, given, pattern in inputs:
+        if given and not FileSystems.match([pattern])[0].metadata_list:
+            looked_for = "" if pattern == given else f" (looked for {pattern})"
+            raise FileNotFoundError(f"{flag} {given}: no file matches it{looked_for}; {options.output} is unchanged")
 
 
 def run(argv: list[str] | None = None) -> dict[str, dict[str, int]]:
     argv = sys.argv[1:] if argv is None else argv
     options = PipelineOptions(argv).view_as(RealmOptions)
     require(options, "corpus", "output")
-    for name in OUTPUT_SCHEMAS:
-        clear_artifact(options.output, name)
-    return run_pipeline(
-        lambda pipeline: build_prepare_pipeline(pipeline, options), argv, options.output, NAME, STAGES
-    )
+    check_inputs(options)
+    with staged_output(options.output, NAME) as staging:
+        counts = execute(lambda pipeline: build_prepare_pipeline(pipeline, options, staging), argv)
+        write_summary(staging, NAME, counts)
+        move_into_place(staging, options.output, list(OUTPUT_SCHEMAS), [summary_file(NAME)])
+    print_summary(options.output, NAME, counts, STAGES)
+    return counts
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def trained_run(tmp_path, blocks_table, tiny_config) -> RunLayout:
     snapshot = layout.snapshots / "0"
     build_component(Embedder, tiny_config).save_pretrained(snapshot)
     index = rebuild_index(layout.blocks, str(snapshot), layout.embeddings, layout.index, 0, tiny_config,
-                          torch.device("cpu"), max_block_wordpieces=64)
+                          keep=2, device=torch.device("cpu"), max_block_wordpieces=64)
     components = {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(tiny_config)}
     save_checkpoint(layout.checkpoints("finetune"), 4, components, extra={"index_path": index})
     return layout

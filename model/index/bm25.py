@@ -3,14 +3,13 @@
 `bm25s` (sparse-matrix BM25, Lucene's scoring, k1 = 1.2 and b = 0.75 as Lucene/Anserini use)
 indexes each block's title and text, lowercased, English stopwords removed, Snowball-stemmed
 (PyStemmer). The index is published like a MIPS index: `<root>/<step>/` by rename, with a
-manifest (`index_type` "bm25", block count, settings, sha256 of every file) written last, so
+manifest (`index_type` "bm25", block count, settings, size and sha256 of every file) written last, so
 `realm.model.qa.question_retrieval.load_question_retriever` tells the two apart by the manifest
 and a half-written or corrupt index fails with an error naming the path.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,8 +18,8 @@ import bm25s
 import numpy as np
 import Stemmer
 
-from realm.model.index.mips import MANIFEST_FILE, IndexIntegrityError, file_sha256, read_manifest, verify_checksums
-from realm.model.publish import publish, staging_dir
+from realm.model.index.mips import IndexIntegrityError
+from realm.model.publish import MANIFEST_FILE, publish, read_manifest, staging_dir, verify_step
 from realm.schemas import BLOCKS, read_table
 
 INDEX_TYPE = "bm25"
@@ -82,27 +81,19 @@ class Bm25Index:
         staging = staging_dir(index_root, step)
         self.model.save(str(staging / "bm25s"), show_progress=False)
         np.save(staging / BLOCK_IDS_FILE, self.block_ids)
-        files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
-        manifest = {
-            "checkpoint_step": step,
-            "index_type": INDEX_TYPE,
-            "count": self.count,
-            "k1": K1,
-            "b": B,
-            "stemmer": LANGUAGE,
-            "sha256": {name: file_sha256(staging / name) for name in files},
+        metadata = {
+            "checkpoint_step": step, "index_type": INDEX_TYPE, "count": self.count, "k1": K1, "b": B, "stemmer": LANGUAGE,
         }
-        (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
-        return publish(staging, index_root, step, keep)
+        return publish(staging, index_root, step, keep, metadata=metadata)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Bm25Index:
-        """Open a published BM25 index, verifying every checksum and the block count."""
+        """Open a published BM25 index, verifying every file's size and checksum and the block count."""
         path = Path(path)
         manifest = read_manifest(path)
         if manifest.get("index_type") != INDEX_TYPE:
             raise IndexIntegrityError(f"{path}: index_type is {manifest.get('index_type')!r}, not {INDEX_TYPE!r}")
-        verify_checksums(path, manifest)
+        verify_step(path)
         block_ids = np.load(path / BLOCK_IDS_FILE)
         if len(block_ids) != manifest["count"]:
             raise IndexIntegrityError(f"{path}: {len(block_ids)} block ids, {MANIFEST_FILE} says {manifest['count']}")

@@ -30,8 +30,12 @@ from realm.model.index.rebuild import fit_block_batch
 from realm.model.networks.config import ModelConfig
 from realm.model.networks.device import select_device
 from realm.model.networks.retriever import Embedder
+from realm.model.publish import MANIFEST_FILE, publish, staging_dir
 
 log = logging.getLogger(__name__)
+
+# Versions of a corpus's index and embeddings kept: the newest, and the one before as a fallback.
+VERSIONS_KEPT = 2
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ def index_corpus(
     reuse = np.isin(kept_ids, corpus_ids)
     new = pa.array(corpus_ids[~np.isin(corpus_ids, kept_ids)], pa.int64())
 
-    out_dir = str(Path(embeddings_root) / str(version))
+    staging = staging_dir(embeddings_root, version)
     device = device or select_device()
     doc_embedder = Embedder.from_pretrained(doc_embedder_dir).to(device)
     changed = (
@@ -80,17 +84,18 @@ def index_corpus(
         for batch in iter_block_batches(blocks_path)
     )
     stats = embed_blocks(
-        doc_embedder, model_config.tokenizer(), changed, out_dir, doc_tower_step,
+        doc_embedder, model_config.tokenizer(), changed, str(staging), doc_tower_step,
         device=device, cpu_bf16_autocast=model_config.cpu_bf16_autocast,
     )
     if reuse.any():
-        write_embeddings(out_dir, kept_ids[reuse], kept_vectors[reuse], doc_tower_step, part=1)
+        write_embeddings(str(staging), kept_ids[reuse], kept_vectors[reuse], doc_tower_step, part=1)
+    embeddings = publish(staging, embeddings_root, version, VERSIONS_KEPT)
 
-    block_ids, vectors = load_embeddings(out_dir)
+    block_ids, vectors = load_embeddings(str(embeddings))
     index = MipsIndex.build(vectors, block_ids, IndexConfig.for_corpus(len(block_ids)))
     update = dict(embedded=stats.num_blocks, reused=int(reuse.sum()), dropped=int((~reuse).sum()))
     lineage = index_lineage(doc_tower, block_ids, max_block_wordpieces, version=version, **update, **lineage_extra)
-    published = index.save(index_root, version, lineage=lineage)
+    published = index.save(index_root, version, VERSIONS_KEPT, lineage)
     result = CorpusIndexUpdate(str(published), version, len(block_ids), seconds=time.perf_counter() - started, **update)
     log.info("corpus index version %d: %d blocks (%d embedded, %d reused, %d dropped) in %.0f s -> %s",
              version, result.blocks, result.embedded, result.reused, result.dropped, result.seconds, published)
@@ -110,7 +115,7 @@ def _reusable(
         log.info("%s was embedded by another doc tower or block length: every block is embedded again", previous)
         return nothing
     embeddings = Path(embeddings_root) / previous.name
-    if not embeddings.is_dir():
+    if not (embeddings / MANIFEST_FILE).is_file():
         log.warning("%s is gone: every block is embedded again", embeddings)
         return nothing
     return load_embeddings(str(embeddings))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from realm.model.index.mips import file_sha256, read_manifest
+from realm.model.publish import file_sha256, read_manifest
 
 WEIGHTS_FILE = "model.safetensors"  # what `save_pretrained` writes a tower's weights to
 

@@ -6,15 +6,13 @@ hits, which are then re-scored exactly against the stored float32 vectors, so re
 are always exact inner products. `BruteForceIndex` has the same interface and is the oracle
 the tests hold faiss to. An index is saved as a published step directory
 `index/<step>/` (see `realm.model.publish`): index.faiss, vectors.npy, block_ids.npy and,
-written last, manifest.json with the checkpoint step, dim, count, index type and sha256 of
-every file; `load` verifies all of them.
+written last, manifest.json with the checkpoint step, dim, count, index type and every file's
+size and sha256; `load` verifies all of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -24,9 +22,8 @@ from typing import Literal
 import faiss
 import numpy as np
 
-from realm.model.publish import latest_step_dir, publish, staging_dir
+from realm.model.publish import MANIFEST_FILE, IntegrityError, latest_verified, publish, staging_dir, verify_step
 
-MANIFEST_FILE = "manifest.json"
 INDEX_FILE = "index.faiss"
 VECTORS_FILE = "vectors.npy"
 BLOCK_IDS_FILE = "block_ids.npy"
@@ -44,8 +41,8 @@ MIN_POINTS_PER_LIST = 39
 TRAIN_POINTS_PER_LIST = 24
 
 
-class IndexIntegrityError(RuntimeError):
-    """A published index is corrupt, incomplete, or does not match what the caller expects."""
+class IndexIntegrityError(IntegrityError):
+    """A published index does not match its manifest or what the caller expects."""
 
 
 @dataclass(frozen=True)
@@ -156,10 +153,13 @@ def _top_k(scores: np.ndarray, rows: np.ndarray, k: int, block_ids: np.ndarray) 
 class MipsIndex:
     """faiss MIPS over block embeddings with exact scores; see the module docstring."""
 
-    def __init__(self, index: faiss.Index, vectors: np.ndarray, block_ids: np.ndarray, config: IndexConfig):
+    def __init__(
+        self, index: faiss.Index, vectors: np.ndarray, block_ids: np.ndarray, config: IndexConfig, path: Path | None = None
+    ):
         self.index = index
         self.vectors, self.block_ids = vectors, block_ids  # vectors may be a read-only memmap
         self.config = config
+        self.path = path  # the published step it was loaded from; None when built in memory
         self._lookup = _BlockIdLookup(block_ids)
         self.set_search_params(config.nprobe, config.ef_search)
 
@@ -234,33 +234,30 @@ class MipsIndex:
         return np.asarray(self.vectors[self._lookup.rows(block_ids.ravel())]).reshape(*block_ids.shape, -1)
 
     def save(
-        self, index_root: str | os.PathLike, step: int, keep: int | None = 3, lineage: dict | None = None
+        self, index_root: str | os.PathLike, step: int, keep: int | None = None, lineage: dict | None = None
     ) -> Path:
-        """Publish as `<index_root>/<step>/` (atomic rename), keeping the newest `keep` steps;
-        `lineage` (`realm.model.index.lineage`) goes into the manifest."""
+        """Publish as `<index_root>/<step>/` (atomic rename), keeping the newest `keep` steps (None:
+        all); `lineage` (`realm.model.index.lineage`) goes into the manifest."""
         staging = staging_dir(index_root, step)
         faiss.write_index(self.index, str(staging / INDEX_FILE))
         np.save(staging / VECTORS_FILE, np.asarray(self.vectors))
         np.save(staging / BLOCK_IDS_FILE, self.block_ids)
-        manifest = {
+        metadata = {
             "checkpoint_step": step,
             "dim": self.dim,
             "count": self.count,
             "index_type": self.config.kind,
             "config": dataclasses.asdict(self.config),
-            "sha256": {name: file_sha256(staging / name) for name in (INDEX_FILE, VECTORS_FILE, BLOCK_IDS_FILE)},
             **({"lineage": lineage} if lineage is not None else {}),
         }
-        (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
-        return publish(staging, index_root, step, keep)
+        return publish(staging, index_root, step, keep, metadata=metadata)
 
     @classmethod
     def load(cls, path: str | os.PathLike, expected_dim: int | None = None) -> MipsIndex:
-        """Open a published index, verifying checksums, dim and count; raise
-        `IndexIntegrityError` naming `path` on any mismatch."""
+        """Open a published index, verifying sizes, checksums, dim and count; raise
+        `IntegrityError` (`IndexIntegrityError` for dim and count) naming `path` on any mismatch."""
         path = Path(path)
-        manifest = read_manifest(path)
-        verify_checksums(path, manifest)
+        manifest = verify_step(path)
         set_faiss_threads()
         index = faiss.read_index(str(path / INDEX_FILE))
         vectors = np.load(path / VECTORS_FILE, mmap_mode="r")
@@ -283,33 +280,10 @@ class MipsIndex:
                 raise IndexIntegrityError(f"{path}: {key} is {value}, {MANIFEST_FILE} says {wanted[key]}")
         if expected_dim is not None and dim != expected_dim:
             raise IndexIntegrityError(f"{path}: index dim is {dim}, the model embeds in {expected_dim}")
-        return cls(index, vectors, block_ids, IndexConfig(**manifest["config"]))
-
-
-def read_manifest(path: str | os.PathLike) -> dict:
-    manifest_path = Path(path) / MANIFEST_FILE
-    if not manifest_path.is_file():
-        raise IndexIntegrityError(f"{path}: no {MANIFEST_FILE}; not a published index")
-    return json.loads(manifest_path.read_text())
-
-
-def verify_checksums(path: Path, manifest: dict) -> None:
-    """Every file the manifest lists is there with its sha256, else `IndexIntegrityError`."""
-    for name, digest in manifest["sha256"].items():
-        if not (path / name).is_file():
-            raise IndexIntegrityError(f"{path}: {name} is missing")
-        if file_sha256(path / name) != digest:
-            raise IndexIntegrityError(f"{path / name}: sha256 does not match {MANIFEST_FILE} (corrupt index)")
+        return cls(index, vectors, block_ids, IndexConfig(**manifest["config"]), path)
 
 
 def latest_published(index_root: str | os.PathLike) -> Path | None:
-    """The newest `<index_root>/<step>/` with a manifest; staging and partial dirs never count."""
-    return latest_step_dir(index_root, MANIFEST_FILE)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """The newest `<index_root>/<step>/` whose files match its manifest; staging and partial
+    dirs never count, and a damaged newer one is skipped with a warning naming the file."""
+    return latest_verified(index_root)

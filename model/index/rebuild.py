@@ -1,13 +1,13 @@
 """Rebuilding the MIPS index from a doc-tower snapshot (REALM §3.4's asynchronous refresh):
-re-embed every block, build the index, publish it atomically. Pre-training's refresh task and
-the reproduction's shared base index call `rebuild_index`; blocks are cut to the trainer's
-length first (`fit_block_batch`), so the index embeds the blocks the trainer re-embeds.
+re-embed every block, build the index, publish both the embeddings and the index atomically,
+each with its manifest (`realm.model.publish`). Pre-training's refresh task and the
+reproduction's shared base index call `rebuild_index`; blocks are cut to the trainer's length
+first (`fit_block_batch`), so the index embeds the blocks the trainer re-embeds.
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +20,7 @@ from realm.model.index.mips import IndexConfig, MipsIndex
 from realm.model.networks.config import ModelConfig
 from realm.model.networks.device import select_device
 from realm.model.networks.retriever import Embedder
+from realm.model.publish import publish, staging_dir
 from realm.model.tokenization import BLOCK_SPECIAL_TOKENS, MAX_BLOCK_WORDPIECES
 
 log = logging.getLogger(__name__)
@@ -63,13 +64,14 @@ def rebuild_index(
     index_root: str,
     snapshot_step: int,
     model_config: ModelConfig,
+    keep: int,
     device: torch.device | None = None,
     max_block_wordpieces: int = MAX_BLOCK_WORDPIECES,
-    keep: int | None = 3,
 ) -> str:
-    """Re-embed every block with the doc tower saved in `doc_embedder_dir` into
-    `<embeddings_root>/<snapshot_step>/`, build the MIPS index (`IndexConfig.for_corpus`) and
-    publish it atomically as `<index_root>/<snapshot_step>/`; returns that path.
+    """Re-embed every block with the doc tower saved in `doc_embedder_dir`, publish the
+    embeddings as `<embeddings_root>/<snapshot_step>/`, build the MIPS index
+    (`IndexConfig.for_corpus`) and publish it as `<index_root>/<snapshot_step>/`; returns
+    that path. Of each root the newest `keep` steps are kept (and any a checkpoint uses).
 
     Loads its own copy of the tower and touches nothing of the trainer's, so it may run in a
     background thread while `train_step` runs in the main one. `max_block_wordpieces` must be
@@ -77,17 +79,18 @@ def rebuild_index(
     """
     device = device or select_device()
     doc_embedder = Embedder.from_pretrained(doc_embedder_dir).to(device)
-    embeddings_dir = str(Path(embeddings_root) / str(snapshot_step))
+    staging = staging_dir(embeddings_root, snapshot_step)
     stats = embed_blocks(
         doc_embedder,
         model_config.tokenizer(),
         fitted_block_batches(blocks_path, max_block_wordpieces),
-        embeddings_dir,
+        str(staging),
         snapshot_step,
         device=device,
         cpu_bf16_autocast=model_config.cpu_bf16_autocast,
     )
-    block_ids, vectors = load_embeddings(embeddings_dir)
+    embeddings_dir = publish(staging, embeddings_root, snapshot_step, keep)
+    block_ids, vectors = load_embeddings(str(embeddings_dir))
     index = MipsIndex.build(vectors, block_ids, IndexConfig.for_corpus(len(block_ids)))
     lineage = index_lineage(doc_tower_fingerprint(doc_embedder_dir, snapshot_step), block_ids, max_block_wordpieces)
     published = index.save(index_root, snapshot_step, keep, lineage)

@@ -1,5 +1,8 @@
 """Training checkpoints `checkpoints/<step>/`: one `save_pretrained` directory per component,
-plus optimizer, scheduler, step and RNG state for exact resume, published by rename.
+plus optimizer, scheduler, step and RNG state for exact resume, published by rename with a
+manifest (`realm.model.publish`). `latest_checkpoint` and `best_checkpoint` return the newest
+checkpoint whose files match its manifest, so a run whose newest checkpoint was damaged
+resumes from the one before it.
 
 Resume order matters: `load_components` builds the models from the checkpoint, the caller
 builds its optimizer/scheduler over them exactly as before, then `restore_training_state`
@@ -11,7 +14,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +23,7 @@ import torch
 from transformers import PreTrainedModel
 
 from realm.model.networks.encoder import KnowledgeAugmentedEncoder
-from realm.model.publish import latest_step_dir, publish, staging_dir
+from realm.model.publish import latest_verified, publish, staging_dir
 from realm.model.networks.reader import Reader
 from realm.model.networks.retriever import Embedder
 
@@ -49,9 +52,13 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     extra: dict | None = None,
-    keep: int | None = 3,
+    keep: int | None = None,
+    uses: Iterable[str | os.PathLike | None] = (),
 ) -> Path:
-    """Publish `<root>/<step>/` atomically; `components` maps names in COMPONENT_CLASSES to models."""
+    """Publish `<root>/<step>/` atomically; `components` maps names in COMPONENT_CLASSES to
+    models. `keep`: the newest checkpoints to keep (None: all); `uses`: published step
+    directories this checkpoint depends on (its index, the checkpoint its stage started
+    from; None entries are skipped), kept whatever their age (`realm.model.publish.prune`)."""
     unknown = set(components) - set(COMPONENT_CLASSES)
     if unknown:
         raise ValueError(f"unknown components {sorted(unknown)}; expected some of {list(COMPONENT_CLASSES)}")
@@ -66,13 +73,15 @@ def save_checkpoint(
         "rng": _capture_rng(),
         "extra": extra or {},
     }
-    torch.save(state, staging / TRAINING_STATE_FILE)  # last: it marks the checkpoint complete
-    return publish(staging, root, step, keep)
+    torch.save(state, staging / TRAINING_STATE_FILE)
+    return publish(staging, root, step, keep, uses=[path for path in uses if path is not None])
 
 
 def latest_checkpoint(root: str | os.PathLike) -> Path | None:
-    """The newest complete `<root>/<step>/`, or None; staging dirs never count."""
-    return latest_step_dir(root, TRAINING_STATE_FILE)
+    """The newest `<root>/<step>/` whose files match its manifest, or None; staging dirs never
+    count, and a damaged newer one is skipped with a warning naming the file. A checkpoint
+    written before manifests existed counts when it holds its training state (written last)."""
+    return latest_verified(root, legacy_marker=TRAINING_STATE_FILE)
 
 
 def best_checkpoint(root: str | os.PathLike) -> Path | None:

@@ -254,7 +254,7 @@ class Answerer:
                 predictions.append(Prediction(question, "", float("-inf"), 0.0, evidence, None))
                 continue
             read = {
-                candidate: (body, self.blocks.text(int(block_ids[row, candidate])))
+                candidate: (body, self.blocks.text(int(block_ids[row, candidate])) if retrieved[row, candidate] else "")
                 for candidate, body in enumerate(bodies[row])
             }
             best = best_answer(self.tokenizer, log_probs[row], valid[row], spans, read)

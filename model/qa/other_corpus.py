@@ -19,7 +19,7 @@ import torch
 
 from realm.model.index.corpus_index import CorpusIndexUpdate, index_corpus
 from realm.model.index.lineage import WEIGHTS_FILE, read_lineage
-from realm.model.index.mips import read_manifest
+from realm.model.publish import read_manifest
 from realm.model.networks.config import ModelConfig
 from realm.model.qa.trained_run import TrainedRun
 from realm.schemas import BLOCKS, read_table, write_table

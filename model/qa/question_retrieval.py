@@ -29,7 +29,8 @@ from realm.model.networks.config import ModelConfig
 from realm.model.networks.inputs import pad_batch
 from realm.model.networks.marginal import mask_log_scores
 from realm.model.networks.device import autocast
-from realm.model.index.mips import MipsIndex, read_manifest
+from realm.model.index.mips import MipsIndex
+from realm.model.publish import read_manifest
 from realm.model.networks.retriever import Embedder, relevance_scores
 from realm.model.tokenization import WordPieceTokenizer, join
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from realm.model.index.mips import MANIFEST_FILE, latest_published
+from realm.model.index.mips import latest_published
 from realm.model.networks.checkpoint import best_checkpoint, checkpoint_extra
+from realm.model.publish import MANIFEST_FILE
 from realm.schemas.run_layout import RunLayout
 
 

@@ -21,10 +21,20 @@ CPU_QUERY_WORDPIECES = 64
 CPU_BLOCK_WORDPIECES = 128
 
 
-class IctConfig(BaseModel):
-    """Inverse Cloze Task warm start of both retriever towers (in-batch negatives)."""
+class RetentionConfig(BaseModel):
+    """How many of its own checkpoints a stage keeps: every stage's settings hold it."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # Two: if the newest turns out damaged, the run resumes from the one before it.
+    keep_checkpoints: int = Field(
+        2, ge=1, description="newest checkpoints kept per stage (pre-training: also its newest indexes and embeddings); "
+        "the best one and any a later stage started from or trains against are kept too",
+    )
+
+
+class IctConfig(RetentionConfig):
+    """Inverse Cloze Task warm start of both retriever towers (in-batch negatives)."""
 
     # 0: publish the sentence-encoder start untrained. Measured (README): held-out ICT top-1
     # among 512 contexts 0.668, where 300 ICT steps on 2 [CLS]-pooled layers reach 0.105.
@@ -47,7 +57,7 @@ class IctConfig(BaseModel):
     projection_sample: int = Field(4096, ge=1, description="contexts whose pooled vectors the PCA projection is fitted on")
 
 
-class PretrainConfig(BaseModel):
+class PretrainConfig(RetentionConfig):
     """REALM pre-training: salient-span MLM over the top-k retrieved blocks.
 
     `learning_rate` 1e-4, BERT's own pre-training rate: the MiniLM warm start ships no MLM
@@ -64,8 +74,6 @@ class PretrainConfig(BaseModel):
     Frozen first, the encoder learns to read against the warm-start retriever before the
     retriever learns from the encoder.
     """
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     # ~1 step/s on the vital corpus with the `fast` preset and cached candidate vectors (~8 s
     # a step with candidates re-embedded by the doc tower, 56 distinct blocks a step).
@@ -88,11 +96,9 @@ class PretrainConfig(BaseModel):
     )
 
 
-class FinetuneConfig(BaseModel):
+class FinetuneConfig(RetentionConfig):
     """Fine-tuning settings: what the trainer, the `realm-finetune-openqa` flow form and
     `realm train finetune --param` all read (the flow's parameters add the data and retriever)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     # ~9 min an epoch with the 6-layer model on a 2-core CPU: four fit the main job's hour.
     epochs: float = Field(

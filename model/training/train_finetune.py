@@ -383,6 +383,11 @@ def train_finetune(
     counts = state.extra["counts"] if state else dict.fromkeys(COUNTS, 0)
     final_loss = state.extra["loss"] if state else None
     best = state.extra["best"] if state else None  # {"step", "exact_match", "checkpoint"}
+    # The checkpoints a fresh run started from, carried through resumes: every checkpoint
+    # names them and its index as used, so retention never removes them (`realm.model.publish`).
+    fresh_start = [path for path in (init_checkpoint, reader_init) if path not in (None, WARM_START)]
+    started_from = state.extra.get("started_from", []) if state else fresh_start
+    uses = [index_path, *started_from]
     checkpoint = resume.checkpoint if resume else None
     meter = Progress(total_steps, start_step=step)
     log.info(
@@ -397,7 +402,7 @@ def train_finetune(
     def extra() -> dict:
         return {
             "loss": final_loss, "counts": counts, "index_path": str(index_path), "best": best,
-            "candidates": recorded, "questions_digest": questions_digest,
+            "candidates": recorded, "questions_digest": questions_digest, "started_from": started_from,
         }
 
     def validate() -> dict:
@@ -407,12 +412,14 @@ def train_finetune(
             return {}
         em = validation_exact_match(answerer, validation, config.num_read)
         if best is None or em > best["exact_match"]:
-            published = save_checkpoint(Path(checkpoint_root) / BEST_DIR, step, trained, extra=extra(), keep=1)
+            published = save_checkpoint(Path(checkpoint_root) / BEST_DIR, step, trained, extra=extra(), keep=1, uses=uses)
             best = {"step": step, "exact_match": em, "checkpoint": str(published)}
         return {"validation_exact_match": em}
 
     def save() -> str:
-        return str(save_checkpoint(checkpoint_root, step, trained, optimizer, scheduler, extra=extra()))
+        return str(save_checkpoint(
+            checkpoint_root, step, trained, optimizer, scheduler, extra=extra(), keep=config.keep_checkpoints, uses=uses
+        ))
 
     while step < total_steps:
         for module in [*retriever.trainable_modules(), reader]:

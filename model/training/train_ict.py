@@ -186,7 +186,9 @@ def train_ict(
 
     def save() -> str:
         components = {"query_embedder": retriever.query_embedder, "doc_embedder": retriever.doc_embedder}
-        return str(save_checkpoint(checkpoint_root, step, components, optimizer, scheduler, extra={"loss": final_loss}))
+        return str(save_checkpoint(
+            checkpoint_root, step, components, optimizer, scheduler, extra={"loss": final_loss}, keep=config.keep_checkpoints
+        ))
 
     while step < config.steps:
         batch = [examples[row] for row in batch_rows(train_rows, config.batch_size, seed, step)]

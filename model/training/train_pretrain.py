@@ -142,6 +142,8 @@ class PretrainTrainer:
         extra = state.extra if state else {}
         self.step: int = state.step if state else 0
         self.index_snapshot_step: int | None = extra.get("index_snapshot_step")
+        # Recorded in every checkpoint, so retention keeps the checkpoint this run started from.
+        self.init_retriever: str | None = extra.get("init_retriever") if resume else init_retriever
         self.last_checkpoint: str | None = str(resume.checkpoint) if resume else None
         self._index: MipsIndex | None = None
         self._index_lock = threading.Lock()
@@ -318,15 +320,17 @@ class PretrainTrainer:
 
     def save_checkpoint(self) -> str:
         """Publish `checkpoints/<step>/` with all three components, optimizer, scheduler, RNG
-        and the index snapshot step in use."""
+        and the index snapshot step in use; the index in use and the retriever checkpoint the
+        run started from are kept as long as the checkpoint is (`realm.model.publish.prune`)."""
         components = {
             "query_embedder": self.retriever.query_embedder,
             "doc_embedder": self.retriever.doc_embedder,
             "encoder": self.encoder,
         }
-        extra = {"index_snapshot_step": self.index_snapshot_step}
+        extra = {"index_snapshot_step": self.index_snapshot_step, "init_retriever": self.init_retriever}
         published = save_checkpoint(
-            self.checkpoint_root, self.step, components, self.optimizer, self.scheduler, extra=extra
+            self.checkpoint_root, self.step, components, self.optimizer, self.scheduler, extra=extra,
+            keep=self.config.keep_checkpoints, uses=[self._index_in_use().path, self.init_retriever],
         )
         self.last_checkpoint = str(published)
         return self.last_checkpoint
@@ -347,7 +351,7 @@ def attach_index(trainer: PretrainTrainer, index_root: str, embeddings_root: str
     snapshot = trainer.snapshot_doc_tower(str(Path(snapshot_root) / str(trainer.step)))
     published = rebuild_index(
         trainer.blocks_path, snapshot, embeddings_root, index_root, trainer.step, trainer.model_config,
-        trainer.device, trainer.config.max_block_wordpieces,
+        trainer.config.keep_checkpoints, trainer.device, trainer.config.max_block_wordpieces,
     )
     trainer.swap_index(MipsIndex.load(published, trainer.model_config.retrieval_dim), trainer.step)
     return published

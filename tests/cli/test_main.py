@@ -48,6 +48,11 @@ def test_what_a_user_can_fix_is_one_line_and_a_non_zero_exit(tmp_path, capsys):
         main(["ask", "--run", str(tmp_path), "   "])
     with pytest.raises(FileNotFoundError, match="not a trained run"):
         main(["--debug", "ask", "--run", str(tmp_path / "nowhere"), "who"])
+    missing = str(tmp_path / "dumps" / "*.xml")
+    assert main(["prepare", "--corpus", "wikipedia-xml", "--input", missing, "--output", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == (
+        f"realm prepare: --input {missing}: no file matches it; {tmp_path / 'run'} is unchanged\n"
+    )
 
 
 def test_realm_index_then_ask_from_the_other_corpus(trained_run, blocks_table, tmp_path, capsys):

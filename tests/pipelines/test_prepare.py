@@ -1,7 +1,11 @@
-"""`prepare` end to end: every artifact written, read back through its schema, bad records dead-lettered."""
+"""`prepare` end to end: every artifact written, read back through its schema, bad records
+dead-lettered; a prepare that fails leaves the run it would have replaced exactly as it was."""
 
 import json
+import shutil
+import tempfile
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -35,8 +39,32 @@ def assert_consistent(tables):
     assert all(n <= 288 for n in tables["blocks"]["num_tokens"].to_pylist())
 
 
-def test_vital_corpus_with_the_default_two_worker_runner(tmp_path):
-    counts = prepare.run(["--corpus", "vital", "--limit", "40", "--output", str(tmp_path)])
+@pytest.fixture(scope="module")
+def prepared_run(tmp_path_factory):
+    """A run prepared from the Wikipedia fixture's pages; tests change copies of it."""
+    root = tmp_path_factory.mktemp("prepared")
+    (root / "dump.xml").write_bytes(dump_bytes(ARTICLES))
+    prepare.run(["--corpus", "wikipedia-xml", "--input", str(root / "dump.xml"), "--output", str(root / "run"), *IN_PROCESS])
+    return root / "run"
+
+
+@pytest.fixture
+def run_copy(prepared_run, tmp_path):
+    return shutil.copytree(prepared_run, tmp_path / "run")
+
+
+def file_bytes(root):
+    """Every file under `root` (relative path -> bytes) and every directory, empty ones included."""
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+def test_vital_corpus_with_the_default_two_worker_runner(tmp_path, monkeypatch):
+    temp_folder = tmp_path / "temp"
+    temp_folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp_folder))
+    counts = prepare.run(["--corpus", "vital", "--limit", "40", "--output", str(tmp_path / "run")])
+    assert list(temp_folder.iterdir()) == []  # nothing of Beam's (beam-temp*, tmp*) is left behind
+    tmp_path = tmp_path / "run"
     tables = read_artifacts(tmp_path)
     assert tables["documents"].num_rows == 40 == counts["chunk"]["documents"]
     assert tables["blocks"].num_rows == counts["chunk"]["blocks"] >= 40
@@ -88,4 +116,47 @@ def test_warc_with_broken_bytes_and_a_truncated_record(tmp_path):
     assert sorted(tables["documents"]["url"].to_pylist()) == sorted([BRIDGE_URL, CAFE_URL])
     assert tables["blocks"].num_rows >= 2 and tables["pretrain_examples"].num_rows > 0
     assert dead_reasons(tables) == [("read", "read_corrupt_warc"), ("read", "read_undecodable_bytes")]
+    assert_consistent(tables)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "looked_for"),
+    [("--input", "dumps/*.xml", ""), ("--knowledge_blocks", "other_run/blocks", " (looked for other_run/blocks/*.parquet)")],
+)
+def test_an_input_that_matches_no_file_stops_prepare_before_the_run_changes(run_copy, flag, value, looked_for):
+    before = file_bytes(run_copy)
+    dump = run_copy.parent / "dump.xml"
+    dump.write_bytes(dump_bytes(ARTICLES))
+    inputs = {"--input": str(dump), flag: value}  # the other input is a good one
+    with pytest.raises(FileNotFoundError) as error:
+        prepare.run(["--corpus", "wikipedia-xml", "--output", str(run_copy), *sum(inputs.items(), ()), *IN_PROCESS])
+    assert str(error.value) == f"{flag} {value}: no file matches it{looked_for}; {run_copy} is unchanged"
+    assert file_bytes(run_copy) == before
+
+
+def test_a_pipeline_that_fails_leaves_the_previous_run_exactly_as_it_was(run_copy):
+    """A documents file with the wrong columns stops the pipeline half way (the user's error)."""
+    before = file_bytes(run_copy)
+    bad = run_copy.parent / "bad.parquet"
+    pq.write_table(pa.table({"doc_id": ["d1"], "body": ["no title, no text"]}), bad)
+    with pytest.raises(Exception, match="bad.parquet"):
+        prepare.run(["--corpus", "documents", "--input", str(bad), "--output", str(run_copy), *IN_PROCESS])
+    assert file_bytes(run_copy) == before  # no staging directory left either
+
+
+def test_a_run_can_be_prepared_again_from_its_own_documents_and_blocks(run_copy):
+    """Its documents and blocks are read to the end before they are replaced."""
+    previous = read_artifacts(run_copy)
+    counts = prepare.run([
+        "--corpus", "documents", "--input", str(run_copy / "documents" / "*.parquet"),
+        "--knowledge_blocks", str(run_copy / "blocks"), "--output", str(run_copy), *IN_PROCESS,
+    ])
+    tables = read_artifacts(run_copy)
+    assert sorted(tables["documents"]["doc_id"].to_pylist()) == sorted(previous["documents"]["doc_id"].to_pylist())
+    assert sorted(tables["blocks"]["block_id"].to_pylist()) == sorted(previous["blocks"]["block_id"].to_pylist())
+    # The read stage's dead letters of the XML dump are gone with the artifact they belonged to.
+    assert dead_reasons(previous) == [("chunk", "chunk_empty_body"), ("read", "read_malformed_xml"), ("read", "read_undecodable_bytes")]
+    assert dead_reasons(tables) == [("chunk", "chunk_empty_body")]
+    assert json.loads((run_copy / "summary" / "prepare.json").read_text()) == counts
+    assert sorted(p.name for p in run_copy.iterdir()) == sorted(["summary", *WRITTEN])  # no staging dir left
     assert_consistent(tables)

@@ -1,4 +1,5 @@
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from realm.model.index.mips import (
     ivf_nlist,
     latest_published,
 )
+from realm.model.publish import IntegrityError
 
 
 def _clustered(count: int, dim: int = 32, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -75,7 +77,10 @@ def test_save_load_round_trip(tmp_path, kind):
     assert path == tmp_path / "index" / "120"
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["checkpoint_step"] == 120 and manifest["dim"] == 32 and manifest["count"] == 2000
-    assert manifest["index_type"] == kind and len(manifest["sha256"]["index.faiss"]) == 64
+    assert manifest["index_type"] == kind and len(manifest["files"]["index.faiss"]["sha256"]) == 64
+    # .npy files: a 128-byte header, then 2000 x 32 float32 vectors and 2000 int64 ids.
+    assert manifest["files"]["vectors.npy"]["size"] == 128 + 2000 * 32 * 4
+    assert manifest["files"]["block_ids.npy"]["size"] == 128 + 2000 * 8
     loaded = MipsIndex.load(path, expected_dim=32)
     for got, want in zip(loaded.search(queries, 8), index.search(queries, 8)):
         np.testing.assert_array_equal(got, want)
@@ -88,7 +93,7 @@ def test_corrupt_index_fails_naming_the_file(tmp_path):
     data = bytearray((path / "index.faiss").read_bytes())
     data[-10] ^= 0xFF
     (path / "index.faiss").write_bytes(bytes(data))
-    with pytest.raises(IndexIntegrityError, match=r"index\.faiss.*sha256"):
+    with pytest.raises(IntegrityError, match=f"{path}/index.faiss: sha256 does not match manifest.json"):
         MipsIndex.load(path)
 
 
@@ -115,8 +120,35 @@ def test_latest_published_ignores_staging_and_unmanifested_dirs(tmp_path):
     # A step dir without a manifest (e.g. copied in by hand, incomplete).
     (tmp_path / "20").mkdir()
     assert latest_published(tmp_path) == tmp_path / "10"
-    with pytest.raises(IndexIntegrityError, match="no manifest.json"):
+    with pytest.raises(IntegrityError, match="no manifest.json"):
         MipsIndex.load(tmp_path / "20")
+
+
+def test_latest_published_falls_back_from_a_truncated_newest_index_and_names_the_file(tmp_path, caplog):
+    vectors, block_ids, _ = _clustered(100)
+    index = MipsIndex.build(vectors, block_ids)
+    index.save(tmp_path, step=10)
+    newest = index.save(tmp_path, step=20)
+    with open(newest / "vectors.npy", "r+b") as handle:
+        handle.truncate(1000)
+    with caplog.at_level(logging.WARNING, logger="realm.model.publish"):
+        assert latest_published(tmp_path) == tmp_path / "10"
+    assert f"{newest}/vectors.npy: size 1000, manifest.json says {128 + 100 * 32 * 4}" in caplog.text
+
+
+def test_an_index_published_before_sizes_were_recorded_still_loads_and_is_still_checked(tmp_path):
+    vectors, block_ids, _ = _clustered(100)
+    path = MipsIndex.build(vectors, block_ids).save(tmp_path, step=1)
+    manifest = json.loads((path / "manifest.json").read_text())
+    files = manifest.pop("files")
+    del manifest["uses"]
+    manifest["sha256"] = {name: listed["sha256"] for name, listed in files.items()}  # the older layout
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    assert latest_published(tmp_path) == path and MipsIndex.load(path).count == 100
+    with open(path / "block_ids.npy", "ab") as handle:
+        handle.write(b"x")
+    with pytest.raises(IntegrityError, match=f"{path}/block_ids.npy: sha256 does not match manifest.json"):
+        MipsIndex.load(path)
 
 
 def test_publish_keeps_last_n_and_replaces_same_step(tmp_path):

@@ -1,11 +1,18 @@
 import dataclasses
+import logging
 import random
 
 import numpy as np
 import pytest
 import torch
 
-from realm.model.networks.checkpoint import latest_checkpoint, load_components, restore_training_state, save_checkpoint
+from realm.model.networks.checkpoint import (
+    best_checkpoint,
+    latest_checkpoint,
+    load_components,
+    restore_training_state,
+    save_checkpoint,
+)
 from realm.model.networks.encoder import build_encoder
 from realm.model.networks.inputs import BertInputs
 from realm.model.networks.marginal import marginal_log_likelihood
@@ -113,3 +120,55 @@ def test_latest_checkpoint_ignores_incomplete_ones(small_vocab_config, tmp_path)
     (tmp_path / "7").mkdir()  # no training state: incomplete
     assert latest_checkpoint(tmp_path) == tmp_path / "1"
     assert latest_checkpoint(tmp_path / "missing") is None
+
+
+def _truncate(path):
+    size = path.stat().st_size
+    with open(path, "r+b") as handle:
+        handle.truncate(size // 2)
+    return f"{path}: size {size // 2}, manifest.json says {size}"
+
+
+def _flip_a_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))  # same size: only the sha256 can tell
+    return f"{path}: sha256 does not match manifest.json (corrupt)"
+
+
+def _delete(path):
+    path.unlink()
+    return f"{path}: missing, manifest.json lists it"
+
+
+@pytest.mark.parametrize("damage", [_truncate, _flip_a_byte, _delete])
+def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning_naming_the_file(small_vocab_config, tmp_path, caplog, damage):
+    components = {"query_embedder": _fresh_components(small_vocab_config)["query_embedder"]}
+    for step in (1, 2):
+        save_checkpoint(tmp_path, step, components)
+    expected = damage(tmp_path / "2" / "query_embedder" / "model.safetensors")
+    with caplog.at_level(logging.WARNING, logger="realm.model.publish"):
+        assert latest_checkpoint(tmp_path) == tmp_path / "1"
+    assert [record.getMessage() for record in caplog.records] == [f"{expected}; falling back to an older step"]
+
+
+def test_a_damaged_best_checkpoint_falls_back_to_the_newest(small_vocab_config, tmp_path, caplog):
+    components = {"query_embedder": _fresh_components(small_vocab_config)["query_embedder"]}
+    save_checkpoint(tmp_path, 4, components)
+    best = save_checkpoint(tmp_path / "best", 2, components)
+    assert best_checkpoint(tmp_path) == best
+    size = (best / "training_state.pt").stat().st_size
+    (best / "training_state.pt").write_bytes(b"")
+    assert best_checkpoint(tmp_path) == tmp_path / "4"
+    assert f"{best}/training_state.pt: size 0, manifest.json says {size}" in caplog.text
+
+
+def test_a_checkpoint_written_before_manifests_counts_by_its_training_state(small_vocab_config, tmp_path):
+    components = {"query_embedder": _fresh_components(small_vocab_config)["query_embedder"]}
+    save_checkpoint(tmp_path, 1, components)
+    older_layout = save_checkpoint(tmp_path, 2, components)
+    (older_layout / "manifest.json").unlink()
+    assert latest_checkpoint(tmp_path) == older_layout
+    (older_layout / "training_state.pt").unlink()  # nor manifest nor training state: never complete
+    assert latest_checkpoint(tmp_path) == tmp_path / "1"
+

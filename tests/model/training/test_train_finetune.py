@@ -238,6 +238,15 @@ def test_a_fresh_run_starts_from_the_pretrained_query_tower_and_encoder(qa_corpu
         assert torch.equal(started["reader"].bert.state_dict()[key], value), key
 
 
+def test_the_checkpoint_fine_tuning_started_from_outlives_pretraining_retention(qa_corpus, tmp_path, tiny_config):
+    pretrained = {"query_embedder": build_component(Embedder, tiny_config), "encoder": build_encoder(tiny_config)}
+    init = save_checkpoint(tmp_path / "pretrain", 100, pretrained)
+    _train(qa_corpus, tmp_path / "finetune", tiny_config, CONFIG.model_copy(update={"epochs": 0}), init_checkpoint=str(init))
+    for step in (200, 300):  # pre-training resumed later, keeping one checkpoint
+        save_checkpoint(tmp_path / "pretrain", step, pretrained, keep=1)
+    assert sorted(p.name for p in (tmp_path / "pretrain").iterdir()) == ["100", "300"]
+
+
 def test_the_query_tower_keeps_the_depth_and_pooling_of_its_checkpoint(qa_corpus, tmp_path, tiny_config):
     """A sentence-encoder start (deeper than the preset, mean-pooled) fine-tunes as it was built."""
     tower_config = dataclasses.replace(tiny_config, num_layers=3, retrieval_pooling="mean", dropout=0.0)

@@ -1,3 +1,4 @@
+import logging
 import shutil
 from pathlib import Path
 
@@ -98,6 +99,31 @@ def test_resume_continues_exactly_where_it_stopped(ict_examples_path, tmp_path, 
     resumed_weights = _weights(resumed["checkpoint"])
     assert all(torch.equal(resumed_weights[key], value) for key, value in straight_weights.items())
     assert resumed["heldout_accuracy"] == straight["heldout_accuracy"]
+
+
+def test_a_run_whose_newest_checkpoint_was_damaged_resumes_from_the_one_before(ict_examples_path, tmp_path, tiny_config, caplog):
+    """Step 4's checkpoint cut short (a disk that filled up): the rerun warns naming the file,
+    resumes from step 2 and gives the uninterrupted run's steps 3-4, and step 4 again."""
+    straight, straight_log = _train(ict_examples_path, tmp_path, tiny_config)
+    # Copied: loaded tensors may map the file that is cut short next.
+    straight_weights = {key: value.clone() for key, value in _weights(straight["checkpoint"]).items()}
+    damaged = Path(straight["checkpoint"]) / "doc_embedder" / "model.safetensors"
+    size = damaged.stat().st_size
+    with open(damaged, "r+b") as handle:
+        handle.truncate(1000)
+
+    with caplog.at_level(logging.WARNING, logger="realm.model.publish"):
+        resumed, resumed_log = _train(ict_examples_path, tmp_path, tiny_config)
+    assert f"{damaged}: size 1000, manifest.json says {size}" in caplog.text
+    assert [m["step"] for m in resumed_log] == [3, 4]
+    assert [m["loss"] for m in resumed_log] == [m["loss"] for m in straight_log[2:]]
+    resumed_weights = _weights(resumed["checkpoint"])
+    assert all(torch.equal(resumed_weights[key], value) for key, value in straight_weights.items())
+
+
+def test_only_the_newest_keep_checkpoints_stay(ict_examples_path, tmp_path, tiny_config):
+    _train(ict_examples_path, tmp_path, tiny_config, CONFIG.model_copy(update={"checkpoint_every": 1}))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["3", "4"]  # keep_checkpoints: 2 by default
 
 
 def test_a_finished_run_returns_its_evaluation_without_training(ict_examples_path, tmp_path, tiny_config):

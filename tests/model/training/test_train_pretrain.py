@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from realm.model.index.embed_corpus import embed_blocks, load_embeddings
-from realm.model.index.mips import MipsIndex, read_manifest
+from realm.model.index.mips import MipsIndex
+from realm.model.publish import latest_verified, read_manifest
 from realm.model.index.rebuild import fit_block_batch, rebuild_index
 from realm.model.training.pretrain_step import encoder_log_likelihood, encoder_log_probs, make_pretrain_batch, retrieve
 from realm.model.networks.retriever import Embedder
@@ -156,6 +157,17 @@ def test_swap_index_reports_staleness_and_the_next_step_searches_the_new_index(c
     assert (resumed.step, resumed.index_snapshot_step) == (4, 1)
 
 
+def test_the_index_a_checkpoint_trained_against_outlives_index_retention(corpus, tmp_path, tiny_config):
+    config = CONFIG.model_copy(update={"keep_checkpoints": 1})
+    trainer = _trainer(corpus, tmp_path, tiny_config, config)  # index/0 and embeddings/0
+    _run(trainer, 1)
+    trainer.save_checkpoint()  # trained against index/0
+    vectors = np.eye(len(CORPUS), 128, dtype=np.float32)
+    for step in (5, 6):
+        MipsIndex.build(vectors, np.array([block_id for block_id, _, _ in CORPUS])).save(tmp_path / "index", step, keep=1)
+    assert sorted(p.name for p in (tmp_path / "index").iterdir()) == ["0", "6"]
+
+
 def test_rebuild_index_publishes_the_snapshot_embeddings_while_training_runs(corpus, tmp_path, tiny_config, tokenizer):
     blocks_path, _ = corpus
     trainer = _trainer(corpus, tmp_path, tiny_config)
@@ -163,8 +175,8 @@ def test_rebuild_index_publishes_the_snapshot_embeddings_while_training_runs(cor
     refreshed = {}
     thread = threading.Thread(
         target=lambda: refreshed.update(path=rebuild_index(
-            blocks_path, snapshot, str(tmp_path / "embeddings"), str(tmp_path / "index"), 7, tiny_config, CPU,
-            CONFIG.max_block_wordpieces,
+            blocks_path, snapshot, str(tmp_path / "embeddings"), str(tmp_path / "index"), 7, tiny_config,
+            CONFIG.keep_checkpoints, CPU, CONFIG.max_block_wordpieces,
         ))
     )
     thread.start()
@@ -172,6 +184,7 @@ def test_rebuild_index_publishes_the_snapshot_embeddings_while_training_runs(cor
     thread.join()
 
     assert read_manifest(refreshed["path"])["checkpoint_step"] == 7
+    assert latest_verified(tmp_path / "embeddings") == tmp_path / "embeddings" / "7"  # published with its manifest
     index = MipsIndex.load(refreshed["path"])
     batches = pq.ParquetFile(blocks_path).iter_batches()
     blocks = pa.Table.from_batches([fit_block_batch(b, CONFIG.max_block_wordpieces) for b in batches])

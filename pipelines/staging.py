@@ -1,0 +1,61 @@
+"""Building a run's artifacts aside and swapping them in only once the pipeline has succeeded.
+
+A pipeline writes into `<output>/.staging-<name>-<pid>/`; when it has finished, each staged
+artifact directory replaces the run's (the old one deleted whole, with anything Beam left in
+it) and each staged file replaces the run's file. A pipeline that fails before that leaves the
+run exactly as it was, and the staging directory is removed either way. Everything goes
+through Beam's `FileSystems`, so a `gs://` run root works as a local one does.
+
+Inputs inside the run are safe: the pipeline has read them to the end before anything is
+replaced, so `prepare --corpus documents --input RUN/documents/*.parquet --output RUN` and
+`--knowledge_blocks RUN/blocks` read the run's previous artifacts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from apache_beam.io.filesystems import FileSystems
+
+STAGING_PREFIX = ".staging-"
+
+
+@contextlib.contextmanager
+def staged_output(output: str, name: str) -> Iterator[str]:
+    """A fresh `<output>/.staging-<name>-<pid>/` to build into, removed when the block ends."""
+    staging = FileSystems.join(output, f"{STAGING_PREFIX}{name}-{os.getpid()}")
+    _remove_tree(staging)  # left by a killed run that had our pid
+    try:
+        yield staging
+    finally:
+        _remove_tree(staging)
+
+
+def move_into_place(staging: str, output: str, artifacts: list[str], files: list[str]) -> None:
+    """Replace `<output>/<artifact>/` by the staged directory's files, for each of `artifacts`,
+    and `<output>/<file>` by the staged file, for each of `files` (paths relative to the run)."""
+    for artifact in artifacts:
+        staged = [m.path for m in FileSystems.match([FileSystems.join(staging, artifact, "*")])[0].metadata_list]
+        target = FileSystems.join(output, artifact)
+        _remove_tree(target)
+        _make_dirs(target)
+        FileSystems.rename(staged, [FileSystems.join(target, FileSystems.split(path)[1]) for path in staged])
+    for file in files:
+        target = FileSystems.join(output, file)
+        _make_dirs(FileSystems.split(target)[0])
+        FileSystems.rename([FileSystems.join(staging, file)], [target])
+
+
+def _remove_tree(path: str) -> None:
+    if FileSystems.get_filesystem(path).has_dirs():
+        if FileSystems.exists(path):
+            FileSystems.delete([path])
+    else:  # an object store: a "directory" is a prefix, deleted whole when named with a trailing "/"
+        FileSystems.delete([path.rstrip("/") + "/"])
+
+
+def _make_dirs(path: str) -> None:
+    if not FileSystems.exists(path):
+        FileSystems.mkdirs(path)
