@@ -7,9 +7,11 @@ whether the answers follow (Guu et al. 2020, §4.4; `realm index`).
    never trained on) from its own corpus; the questions it answers right are the facts it
    demonstrably reads.
 2. For each such fact whose answer string occurs in at most `--max_blocks` blocks, every
-   occurrence in those blocks is replaced by a substitute: a year or number moved by +3, any
-   other answer by the answer of another question of the same wh-word (a person for a
-   person, a place for a place). Blocks already edited for another fact are left alone.
+   occurrence in those blocks is replaced by a substitute of the same kind: every number in
+   it moved by +3 ("1969" -> "1972", "44 BC" -> "47 BC"), any other answer by another right
+   answer with the same salient-span label (PERSON for PERSON, GPE for GPE: the labels
+   `realm prepare`'s spaCy pass gave those strings in the corpus); answers with no label are
+   left alone. Blocks already edited for another fact are left alone.
 3. The original corpus and then the edited one are indexed under `--name` with the run's
    trained doc tower (the second index re-embeds only the edited blocks), and the questions
    are asked again.
@@ -25,6 +27,7 @@ import json
 import logging
 import re
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -35,21 +38,31 @@ from realm.model.qa.answering import Answerer
 from realm.model.qa.other_corpus import index_other_corpus
 from realm.model.qa.qa_data import read_qa_file
 from realm.pipelines.chunk import block_id_for
-from realm.schemas import BLOCKS, read_table, write_table
+from realm.schemas import BLOCKS, PRETRAIN_EXAMPLES, read_table, write_table
 from realm.schemas.run_layout import RunLayout
 
-_NUMBER = re.compile(r"\d{1,4}")
+log = logging.getLogger(__name__)
+_NUMBER = re.compile(r"\d+")
 
 
-def substitute_for(answer: str, question: str, others: list[tuple[str, str]]) -> str | None:
-    """A different answer of the same kind: a number + 3, else another question's answer with
-    the same wh-word (None when there is none)."""
-    if _NUMBER.fullmatch(answer):
-        return str(int(answer) + 3)
-    wh = question.split()[0].lower()
-    for other_question, other_answer in others:
-        if other_question.split()[0].lower() == wh and normalize_answer(other_answer) != normalize_answer(answer):
-            return other_answer
+def span_labels(pretrain_examples: str) -> dict[str, str]:
+    """Normalised salient-span text -> its most frequent label in the corpus."""
+    table = read_table(pretrain_examples, PRETRAIN_EXAMPLES, columns=["text", "spans"])
+    counts: dict[str, Counter] = {}
+    for text, spans in zip(table["text"].to_pylist(), table["spans"].to_pylist()):
+        for span in spans:
+            counts.setdefault(normalize_answer(text[span["start"] : span["end"]]), Counter())[span["label"]] += 1
+    return {key: counter.most_common(1)[0][0] for key, counter in counts.items()}
+
+
+def substitute_for(answer: str, labels: dict[str, str], others: list[str]) -> str | None:
+    """A different answer of the same kind (see the module docstring), or None."""
+    if _NUMBER.search(answer):
+        return _NUMBER.sub(lambda number: str(int(number.group()) + 3), answer)
+    label = labels.get(normalize_answer(answer))
+    for other in others:
+        if label and labels.get(normalize_answer(other)) == label and normalize_answer(other) != normalize_answer(answer):
+            return other
     return None
 
 
@@ -68,6 +81,7 @@ def edit_blocks(blocks: pa.Table, facts: list[dict], tokenizer, max_blocks: int)
         pattern = _occurrences(fact["answer"])
         holding = [i for i, row in enumerate(rows) if pattern.search(row["text"])]
         if not holding or len(holding) > max_blocks or edited_rows & set(holding):
+            log.info("not edited (%d blocks, %s already edited): %s", len(holding), len(edited_rows & set(holding)), fact)
             continue
         for i in holding:
             row = rows[i]
@@ -97,10 +111,11 @@ def main() -> None:
     answerer = Answerer.from_run(args.run)
     before = answerer.answer([e.question for e in examples], num_read=5, num_retrieve=5)
     right = [(e, p) for e, p in zip(examples, before) if exact_match(p.answer, e.answers)]
-    others = [(e.question, p.answer) for e, p in right]
+    labels = span_labels(RunLayout.at(args.run).pretrain_examples)
+    others = [p.answer for _, p in right]
     facts = []
     for example, prediction in right:
-        substitute = substitute_for(prediction.answer, example.question, others)
+        substitute = substitute_for(prediction.answer, labels, others)
         if substitute is not None:
             facts.append({"question": example.question, "answer": prediction.answer, "substitute": substitute})
 
@@ -126,14 +141,14 @@ def main() -> None:
         print(f"{fact['question'][:59]:<60} {fact['answer'][:21]:<22} {fact['substitute'][:21]:<22} "
               f"{prediction.answer[:21]:<22} {outcome}")
     n = max(len(applied), 1)
-    print(f"\n{len(examples)} questions, {len(right)} answered right before the edit, {len(applied)} facts edited in "
-          f"{sum(f['blocks'] for f in applied)} blocks")
+    print(f"\n{len(examples)} questions, {len(right)} answered right before the edit ({len(facts)} with a substitute of "
+          f"the same kind), {len(applied)} facts edited in {sum(f['blocks'] for f in applied)} blocks")
     print(f"re-index: version {update.version}, {update.embedded} blocks embedded, {update.reused} unchanged, "
           f"{update.dropped} dropped, {update.seconds:.0f} s (the first, full index: {first.embedded} blocks, {first.seconds:.0f} s)")
     for outcome, count in counts.items():
         print(f"{outcome:<17} {count:>3}  {count / n:.2f}")
     print(json.dumps({
-        "questions": len(examples), "right_before": len(right), "facts_edited": len(applied),
+        "questions": len(examples), "right_before": len(right), "with_substitute": len(facts), "facts_edited": len(applied),
         "blocks_edited": sum(f["blocks"] for f in applied), "reindex_embedded": update.embedded,
         "reindex_seconds": round(update.seconds, 1), "full_index_seconds": round(first.seconds, 1),
         **{outcome.replace(" ", "_"): count for outcome, count in counts.items()},
