@@ -27,7 +27,5 @@ def test_each_stage_setting_is_defined_once_for_the_trainer_the_flow_and_the_cli
 
 def test_the_default_run_preset_is_the_flow_default_but_for_what_it_says_it_changes():
     default = PipelineParams.preset("default")
-    assert default.pretrain == PretrainParams(steps=0)
-    assert (default.run, default.ict, default.warmup, default.finetune) == (
-        PipelineParams().run, IctParams(), ReaderWarmupParams(), FinetuneParams()
-    )
+    assert (default.pretrain, default.warmup) == (PretrainParams(steps=0), ReaderWarmupParams(questions=0))
+    assert (default.run, default.ict, default.finetune) == (PipelineParams().run, IctParams(), FinetuneParams())
