@@ -44,15 +44,19 @@ def test_whole_chain_end_to_end_then_a_rerun_is_all_cache_hits(run_root, capsys)
 
 
 def test_a_sentence_encoder_start_runs_through_pretraining_fine_tuning_and_evaluation(run_root):
-    """The deployment `sentence-encoder-retriever`'s shape on the tiny model: towers deeper than
-    the preset and mean-pooled, no ICT step, a frozen retriever in cached pre-training; the
-    fine-tuned query tower keeps its depth and pooling, so questions meet the index they must."""
+    """The default run's shape on the tiny model: towers deeper than the preset and
+    mean-pooled, no ICT step, a frozen retriever in cached pre-training, no reader warm-up
+    (fine-tuning starts from pre-training's checkpoint); the fine-tuned query tower keeps its
+    depth and pooling, so questions meet the index they must."""
     params = tiny_params(run_root)
     params.ict = params.ict.model_copy(update={"steps": 0, "tower_layers": 3, "tower_pooling": "mean"})
     params.pretrain = params.pretrain.model_copy(
         update={"cached_doc_embeddings": True, "retriever_frozen_steps": 6, "untrained_eval_examples": 8}
     )
+    params.warmup = params.warmup.model_copy(update={"questions": 0})
     result = realm_pipeline(params)
+    assert result["warmup"] == {"checkpoint": None, "step": 0}
+    assert result["finetune"]["init_checkpoint"] == result["pretrain"]["checkpoint"]
     assert result["ict"]["step"] == 0 and result["pretrain"]["refreshes"] == []
     assert result["pretrain"]["index"].endswith("/index/0") and result["pretrain"]["untrained"]["examples"] == 8
     assert result["evaluate"]["demo"]["n"] == 40
