@@ -121,7 +121,10 @@ def _tiny() -> PipelineParams:
                       tower_layers=None, tower_pooling="cls", projection_init="random"),
         pretrain=PretrainParams(steps=30, batch_size=4, warmup_steps=3, checkpoint_every=10, refresh_every=10, heldout_examples=32,
                                 cached_doc_embeddings=False, retriever_frozen_steps=0),
-        warmup=ReaderWarmupParams(questions=64, batch_size=4, checkpoint_every=25, num_candidates=5),
+        # A random tiny model over 300 articles retrieves an answer-bearing block for few cloze
+        # questions: 200 of them over the default 20 candidates leave some to train on (64 over 5
+        # left none, and the scheduled tiny run failed).
+        warmup=ReaderWarmupParams(questions=200, batch_size=4, checkpoint_every=25),
         finetune=FinetuneParams(epochs=1, batch_size=4, checkpoint_every=25, num_candidates=5),
     )
 
