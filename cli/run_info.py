@@ -44,14 +44,17 @@ def run_info(root: str | Path) -> dict:
 
 
 def _stage(checkpoint_root: Path) -> dict | None:
-    steps = [step for step, path in published_steps(checkpoint_root) if (path / TRAINING_STATE_FILE).is_file()]
+    steps = [(step, path) for step, path in published_steps(checkpoint_root) if (path / TRAINING_STATE_FILE).is_file()]
     if not steps:
         return None
-    best = [(step, path) for step, path in published_steps(checkpoint_root / BEST_DIR) if (path / TRAINING_STATE_FILE).is_file()]
-    stage = {"steps": steps}
+    best = [step for step, path in published_steps(checkpoint_root / BEST_DIR) if (path / TRAINING_STATE_FILE).is_file()]
+    stage = {"steps": [step for step, _ in steps]}
     if best:
-        recorded = checkpoint_extra(best[-1][1]).get("best") or {}
-        stage["best"] = {"step": best[-1][0], "validation_exact_match": recorded.get("exact_match")}
+        # The best checkpoint is saved before its own validation is recorded; the regular
+        # checkpoint saved right after it (and every later one) holds the record.
+        recorded = checkpoint_extra(steps[-1][1]).get("best") or {}
+        em = recorded.get("exact_match") if recorded.get("step") == best[-1] else None
+        stage["best"] = {"step": best[-1], "validation_exact_match": em}
     return stage
 
 

@@ -73,14 +73,25 @@ def test_realm_index_then_ask_from_the_other_corpus(trained_run, blocks_table, t
 
 
 def test_realm_info_shows_stages_what_answers_and_each_indexs_lineage(trained_run, capsys):
+    from pathlib import Path
+
     from realm.cli.run_info import run_info
     from realm.model.index.lineage import corpus_fingerprint, doc_tower_fingerprint
+    from realm.model.networks.checkpoint import load_components, save_checkpoint
 
     main(["index", "--run", str(trained_run.root), "--corpus", str(trained_run.root), "--name", "copy"])
     capsys.readouterr()
     info = run_info(trained_run.root)
     assert info["stages"] == {"ict": None, "pretrain": None, "warmup": None, "finetune": {"steps": [4]}}
     assert info["answers_with"] == {"checkpoint": "checkpoints/finetune/4", "index": "index/0"}
+    # As fine-tuning saves them: the best checkpoint first, then the regular one recording it.
+    finetune = Path(trained_run.checkpoints("finetune"))
+    components = load_components(finetune / "4")
+    save_checkpoint(finetune / "best", 6, components, extra={"best": None})
+    save_checkpoint(finetune, 6, components, extra={"best": {"step": 6, "exact_match": 0.25}})
+    info = run_info(trained_run.root)
+    assert info["stages"]["finetune"] == {"steps": [4, 6], "best": {"step": 6, "validation_exact_match": 0.25}}
+    assert info["answers_with"]["checkpoint"] == "checkpoints/finetune/best/6"
     assert list(info["indexes"]) == ["index/0", "corpora/copy/index/0"]
     tower = doc_tower_fingerprint(trained_run.snapshots / "0", 0)
     ids = [-7, 11, 23, -42, 57, 68, 9001, -3]  # the test corpus's blocks
@@ -90,7 +101,8 @@ def test_realm_info_shows_stages_what_answers_and_each_indexs_lineage(trained_ru
     assert main(["info", "--run", str(trained_run.root)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"run {trained_run.root} (model preset tiny)"
-    assert "  finetune  steps 4" in out and "answers with: checkpoints/finetune/4 over index/0" in out
+    assert "  finetune  steps 4, 6; best 6 (validation EM 0.250)" in out
+    assert "answers with: checkpoints/finetune/best/6 over index/0" in out
     assert any(line.startswith("  corpora/copy/index/0     flat, 8 blocks: doc tower step 0") and line.endswith(
         "8 embedded, 0 reused, 0 dropped") for line in out)
     assert main(["info", "--run", str(trained_run.root / "nowhere")]) == 2
