@@ -323,7 +323,7 @@ def _add_run_options(parser: argparse.ArgumentParser, output_default: str | None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from realm.pipelines.readers import CORPORA
+    from realm.pipelines.corpus_names import CORPORA
 
     parser = argparse.ArgumentParser(
         prog="realm", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -7,6 +7,7 @@ glob that may be a `gs://` URL (`dumps/*.xml.bz2`, `extracted/**`, `crawl/*.warc
 
 from __future__ import annotations
 
+from realm.pipelines.corpus_names import CORPORA
 from realm.pipelines.read_ccnews import ReadCcNewsJsonl, ReadWarc
 from realm.pipelines.read_documents import ReadDocuments
 from realm.pipelines.read_vital import ReadVitalArticles
@@ -20,7 +21,8 @@ _FILE_READERS = {
     "warc": ReadWarc,
     "documents": ReadDocuments,
 }
-CORPORA = ("vital", *_FILE_READERS)
+if set(CORPORA) != {"vital", *_FILE_READERS}:  # a reader added without its name, or a name without its reader
+    raise ImportError(f"realm.pipelines.corpus_names.CORPORA {CORPORA} does not name the readers {sorted(_FILE_READERS)}")
 
 
 def read_corpus(pipeline_root, corpus: str, input_pattern: str | None, limit: int | None = None) -> dict:

@@ -55,6 +55,16 @@ def test_what_a_user_can_fix_is_one_line_and_a_non_zero_exit(tmp_path, capsys):
     )
 
 
+def test_an_error_is_one_line_with_no_library_noise_before_it(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "realm.cli.main", "ask", "--run", str(tmp_path), "who"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"realm ask: {tmp_path}: not a trained run (no checkpoints/finetune/; fine-tune it first)\n"
+
+
 def test_realm_index_then_ask_from_the_other_corpus(trained_run, blocks_table, tmp_path, capsys):
     from realm.schemas import BLOCKS, write_table
 
