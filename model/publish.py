@@ -56,18 +56,22 @@ def publish(
     `keep`, remove older steps (`prune`)."""
     write_manifest(staging, uses, metadata or {})
     target = Path(root) / str(step)
-    if target.exists():
-        # Re-publishing a step (a resumed run redoing it): move the old one aside first,
-        # since rename cannot replace a non-empty directory.
-        retired = Path(root) / f".old-{step}-{os.getpid()}"
-        os.rename(target, retired)
-        os.rename(staging, target)
-        shutil.rmtree(retired)
-    else:
-        os.rename(staging, target)
+    replace_dir(staging, target)  # a resumed run re-publishing a step replaces it
     if keep is not None:
         prune(root, step, keep)
     return target
+
+
+def replace_dir(new: Path, target: Path) -> None:
+    """Rename `new` to `target`, moving an existing `target` aside first (rename cannot replace
+    a non-empty directory) and deleting it after, so `target` is never half of either."""
+    if target.exists():
+        retired = target.with_name(f".old-{target.name}-{os.getpid()}")
+        os.rename(target, retired)
+        os.rename(new, target)
+        shutil.rmtree(retired)
+    else:
+        os.rename(new, target)
 
 
 def write_manifest(staging: Path, uses: Iterable[str | os.PathLike], metadata: dict) -> None:

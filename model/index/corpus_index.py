@@ -24,13 +24,13 @@ import torch
 
 from realm.model.index.block_store import iter_block_batches
 from realm.model.index.embed_corpus import embed_blocks, load_embeddings, write_embeddings
-from realm.model.index.lineage import doc_tower_fingerprint, index_lineage, read_lineage
-from realm.model.index.mips import IndexConfig, MipsIndex, latest_published
-from realm.model.index.rebuild import fit_block_batch
+from realm.model.index.lineage import doc_tower_fingerprint, read_lineage
+from realm.model.index.mips import latest_published
+from realm.model.index.rebuild import fit_block_batch, publish_embeddings_and_index
 from realm.model.networks.config import ModelConfig
 from realm.model.networks.device import select_device
 from realm.model.networks.retriever import Embedder
-from realm.model.publish import MANIFEST_FILE, publish, staging_dir
+from realm.model.publish import MANIFEST_FILE, staging_dir
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +89,14 @@ def index_corpus(
     )
     if reuse.any():
         write_embeddings(str(staging), kept_ids[reuse], kept_vectors[reuse], doc_tower_step, part=1)
-    embeddings = publish(staging, embeddings_root, version, VERSIONS_KEPT)
-
-    block_ids, vectors = load_embeddings(str(embeddings))
-    index = MipsIndex.build(vectors, block_ids, IndexConfig.for_corpus(len(block_ids)))
     update = dict(embedded=stats.num_blocks, reused=int(reuse.sum()), dropped=int((~reuse).sum()))
-    lineage = index_lineage(doc_tower, block_ids, max_block_wordpieces, version=version, **update, **lineage_extra)
-    published = index.save(index_root, version, VERSIONS_KEPT, lineage)
-    result = CorpusIndexUpdate(str(published), version, len(block_ids), seconds=time.perf_counter() - started, **update)
+    published = publish_embeddings_and_index(
+        staging, embeddings_root, index_root, version, VERSIONS_KEPT, doc_tower, max_block_wordpieces,
+        version=version, **update, **lineage_extra,
+    )
+    result = CorpusIndexUpdate(
+        str(published), version, len(corpus_ids), seconds=time.perf_counter() - started, **update
+    )
     log.info("corpus index version %d: %d blocks (%d embedded, %d reused, %d dropped) in %.0f s -> %s",
              version, result.blocks, result.embedded, result.reused, result.dropped, result.seconds, published)
     return result

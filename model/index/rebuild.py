@@ -8,6 +8,7 @@ first (`fit_block_batch`), so the index embeds the blocks the trainer re-embeds.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -89,13 +90,32 @@ def rebuild_index(
         device=device,
         cpu_bf16_autocast=model_config.cpu_bf16_autocast,
     )
-    embeddings_dir = publish(staging, embeddings_root, snapshot_step, keep)
-    block_ids, vectors = load_embeddings(str(embeddings_dir))
-    index = MipsIndex.build(vectors, block_ids, IndexConfig.for_corpus(len(block_ids)))
-    lineage = index_lineage(doc_tower_fingerprint(doc_embedder_dir, snapshot_step), block_ids, max_block_wordpieces)
-    published = index.save(index_root, snapshot_step, keep, lineage)
+    published = publish_embeddings_and_index(
+        staging, embeddings_root, index_root, snapshot_step, keep,
+        doc_tower_fingerprint(doc_embedder_dir, snapshot_step), max_block_wordpieces,
+    )
     log.info(
         "index of step %d: %d blocks embedded in %.0f s, published %s",
         snapshot_step, stats.num_blocks, stats.seconds, published,
     )
     return str(published)
+
+
+def publish_embeddings_and_index(
+    staging: Path,
+    embeddings_root: str,
+    index_root: str,
+    step: int,
+    keep: int,
+    doc_tower: dict,
+    max_block_wordpieces: int,
+    **lineage_extra,
+) -> Path:
+    """Publish the embeddings written into `staging` as `<embeddings_root>/<step>/`, build the
+    MIPS index over them (`IndexConfig.for_corpus`) and publish it as `<index_root>/<step>/`
+    with its lineage (`realm.model.index.lineage`; `lineage_extra` adds to it); returns the
+    index's path. Of each root the newest `keep` steps are kept."""
+    embeddings_dir = publish(staging, embeddings_root, step, keep)
+    block_ids, vectors = load_embeddings(str(embeddings_dir))
+    index = MipsIndex.build(vectors, block_ids, IndexConfig.for_corpus(len(block_ids)))
+    return index.save(index_root, step, keep, index_lineage(doc_tower, block_ids, max_block_wordpieces, **lineage_extra))

@@ -188,10 +188,23 @@ def span_text(tokenizer: WordPieceTokenizer, body_ids: Sequence[int], body_text:
     """The answer: `body_text` between the character offsets of the body-relative wordpiece
     span, so "Jay-Z", "1,000,000" and accents come back as written; the decoded wordpieces
     (lowercase, spaced punctuation) for a text that is not the body's (`body_offsets`)."""
-    offsets = body_offsets(tokenizer, body_ids, body_text)
+    return span_at(tokenizer, body_ids, body_text, body_offsets(tokenizer, body_ids, body_text), start, end)[0]
+
+
+def span_at(
+    tokenizer: WordPieceTokenizer,
+    body_ids: Sequence[int],
+    body_text: str,
+    offsets: list[tuple[int, int]] | None,
+    start: int,
+    end: int,
+) -> tuple[str, tuple[int, int] | None]:
+    """`span_text` and the span's character offsets in `body_text` (None where the text is not
+    the body's), given the block's `body_offsets` computed once for all its spans."""
     if offsets is None:
-        return tokenizer.decode(list(body_ids[start : end + 1]))
-    return body_text[offsets[start][0] : offsets[end][1]]
+        return tokenizer.decode(list(body_ids[start : end + 1])), None
+    chars = (offsets[start][0], offsets[end][1])
+    return body_text[chars[0] : chars[1]], chars
 
 
 def build_reader(config: ModelConfig) -> Reader:

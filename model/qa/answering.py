@@ -12,8 +12,8 @@ measured over them, `answer_rank`), and the reader reads the top `num_read`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from realm.model.networks.config import ModelConfig
 from realm.model.networks.device import autocast, select_device
 from realm.model.qa.question_retrieval import QuestionRetriever, load_question_retriever
 from realm.model.qa.trained_run import TrainedRun
-from realm.model.networks.reader import Reader, SpanTable, body_offsets, joint_span_logits, reader_inputs
+from realm.model.networks.reader import Reader, SpanTable, body_offsets, joint_span_logits, reader_inputs, span_at
 from realm.model.tokenization import MAX_QUESTION_WORDPIECES, WordPieceTokenizer
 
 
@@ -94,8 +94,9 @@ def best_answer(
             break
         candidate, span_index = divmod(flat, spans.valid.shape[1])
         start, end = spans.body_span(span_index)
-        answer = _span_answer(tokenizer, read[candidate], offsets[candidate], candidate, start, end, log_prob)
-        if answer.offsets is not None and cuts_a_word(read[candidate][1], *answer.offsets):
+        body, text = read[candidate]
+        answer = Answer(candidate, start, end, *span_at(tokenizer, body, text, offsets[candidate], start, end), log_prob)
+        if answer.offsets is not None and cuts_a_word(text, *answer.offsets):
             fallback = fallback or answer
             continue
         key = _answer_key(answer.text)
@@ -107,20 +108,15 @@ def best_answer(
     return dataclasses.replace(first[key], log_prob=totals[key])
 
 
-def _span_answer(tokenizer, block: tuple[list[int], str], offsets, candidate: int, start: int, end: int, log_prob: float) -> Answer:
-    body, text = block
-    if offsets is None:  # a block whose text is not its body's: decoded wordpieces
-        return Answer(candidate, start, end, tokenizer.decode(list(body[start : end + 1])), None, log_prob)
-    return Answer(candidate, start, end, text[offsets[start][0] : offsets[end][1]], (offsets[start][0], offsets[end][1]), log_prob)
-
-
 def _answer_key(text: str) -> str:
     return normalize_answer(text) or text
 
 
 def cuts_a_word(text: str, start: int, end: int) -> bool:
     """Whether text[start:end] begins or ends inside a word."""
-    inside = lambda i: 0 < i < len(text) and text[i - 1].isalnum() and text[i].isalnum()  # noqa: E731
+    def inside(i: int) -> bool:
+        return 0 < i < len(text) and text[i - 1].isalnum() and text[i].isalnum()
+
     return inside(start) or inside(end)
 
 
@@ -243,22 +239,15 @@ class Answerer:
         valid = spans.valid.view(len(questions), -1)  # [batch, read * spans], block-major as joint_logits
         predictions = []
         for row, question in enumerate(questions):
+            texts = [self.blocks.text(int(block_id)) if ok else "" for block_id, ok in zip(block_ids[row], retrieved[row])]
             evidence = [
-                Evidence(
-                    int(block_id), self.blocks.title(int(block_id)), self.blocks.text(int(block_id)), float(log_p.exp())
-                )
-                for block_id, log_p, ok in zip(block_ids[row], log_p_z[row], retrieved[row])
+                Evidence(int(block_id), self.blocks.title(int(block_id)), text, float(log_p.exp()))
+                for block_id, text, log_p, ok in zip(block_ids[row], texts, log_p_z[row], retrieved[row])
                 if ok
             ]
-            if not retrieved[row].any():  # nothing retrieved at all (an empty corpus)
-                predictions.append(Prediction(question, "", float("-inf"), 0.0, evidence, None))
-                continue
-            read = {
-                candidate: (body, self.blocks.text(int(block_ids[row, candidate])) if retrieved[row, candidate] else "")
-                for candidate, body in enumerate(bodies[row])
-            }
+            read = {candidate: (body, texts[candidate]) for candidate, body in enumerate(bodies[row])}
             best = best_answer(self.tokenizer, log_probs[row], valid[row], spans, read)
-            if best is None:  # the read blocks have no body to answer from
+            if best is None:  # nothing retrieved (an empty corpus), or no read block with a body
                 predictions.append(Prediction(question, "", float("-inf"), 0.0, evidence, None))
                 continue
             predictions.append(

@@ -10,7 +10,6 @@ the blocks whose content changed (`realm.model.index.corpus_index`).
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 from pathlib import Path
@@ -19,13 +18,11 @@ import torch
 
 from realm.model.index.corpus_index import CorpusIndexUpdate, index_corpus
 from realm.model.index.lineage import WEIGHTS_FILE, read_lineage
-from realm.model.publish import read_manifest
+from realm.model.publish import read_manifest, replace_dir
 from realm.model.networks.config import ModelConfig
 from realm.model.qa.trained_run import TrainedRun
 from realm.schemas import BLOCKS, read_table, write_table
 from realm.schemas.run_layout import RunLayout
-
-log = logging.getLogger(__name__)
 
 
 def trained_doc_tower(index_path: str | os.PathLike) -> tuple[Path, int, int | None]:
@@ -75,7 +72,7 @@ def index_other_corpus(
         str(staged), str(snapshot), step, other.embeddings, other.index, ModelConfig.preset(trained.model_preset),
         length, device, corpus_name=name, source=str(source.resolve()),
     )
-    _swap_in(staged, Path(other.blocks))
+    replace_dir(staged, Path(other.blocks))
     return update
 
 
@@ -86,11 +83,3 @@ def _stage_blocks(source: Path, target: Path) -> Path:
     write_table(str(staged / "part-00000.parquet"), read_table(str(source), BLOCKS), BLOCKS)
     return staged
 
-
-def _swap_in(staged: Path, target: Path) -> None:
-    """`staged` becomes `target` by rename; the blocks it replaces are removed after."""
-    retired = target.with_name(f".{target.name}-retired-{os.getpid()}")
-    if target.exists():
-        os.rename(target, retired)
-    os.rename(staged, target)
-    shutil.rmtree(retired, ignore_errors=True)
