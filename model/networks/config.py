@@ -30,7 +30,8 @@ class ModelConfig:
     `model_dir`: local HF BERT directory to warm-start from (None: random init with the shape
     fields below). `num_layers`: keep only the first N transformer layers (None: all of the
     warm start's layers; required for random init). `dropout` sets hidden and attention
-    dropout. `cpu_bf16_autocast`: run forward passes under bf16 autocast on CPU too (on CUDA
+    dropout; `hidden_dropout`, when set, the hidden states' alone (attention dropout forces
+    the slow attention path on CPU, hidden dropout costs ~23% of a step: design §5b). `cpu_bf16_autocast`: run forward passes under bf16 autocast on CPU too (on CUDA
     bf16 autocast is always on where the GPU supports it). `retrieval_pooling`: what a
     retriever tower projects, the final [CLS] state or the mean of its tokens' states.
     """
@@ -38,6 +39,7 @@ class ModelConfig:
     model_dir: str | None
     num_layers: int | None = None
     dropout: float = 0.1
+    hidden_dropout: float | None = None
     cpu_bf16_autocast: bool = False
     retrieval_dim: int = EMBEDDING_DIM
     retrieval_pooling: Literal["cls", "mean"] = "cls"
@@ -58,7 +60,8 @@ class ModelConfig:
 
     def bert_config(self) -> BertConfig:
         """The BertConfig every component is built with, including the realm-specific fields."""
-        dropout = {"hidden_dropout_prob": self.dropout, "attention_probs_dropout_prob": self.dropout}
+        hidden = self.dropout if self.hidden_dropout is None else self.hidden_dropout
+        dropout = {"hidden_dropout_prob": hidden, "attention_probs_dropout_prob": self.dropout}
         if self.model_dir is not None:
             config = BertConfig.from_pretrained(self.model_dir, local_files_only=True, **dropout)
             if self.num_layers is not None:

@@ -111,6 +111,9 @@ class FinetuneConfig(RetentionConfig):
     span_head_learning_rate: float = Field(5e-4, gt=0, description="peak rate of the freshly initialised span MLP")
     warmup_fraction: float = Field(0.1, ge=0, lt=1, description="share of the steps the learning rate rises over")
     weight_decay: float = 0.01
+    reader_dropout: float | None = Field(
+        None, ge=0, lt=1, description="hidden-state dropout of the reader while it trains (None: the model preset's)"
+    )
     checkpoint_every: int = Field(200, ge=1, description="steps between checkpoints, each validated")
     log_every: int = Field(10, ge=1)
     num_read: int = Field(5, ge=1, description="blocks the reader reads per question (REALM and ORQA: 5)")

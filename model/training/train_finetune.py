@@ -257,11 +257,15 @@ def initial_components(
     device: torch.device,
     reader_init: str | None = None,
     with_query_embedder: bool = True,
+    reader_dropout: float | None = None,
 ) -> dict[str, PreTrainedModel]:
     """reader (and query_embedder when `with_query_embedder`) of a fresh run (module
     docstring): a `reader_init` holding a reader (a warm-up's) gives the whole reader, span MLP
-    included; one holding an encoder gives the reader's BERT, under a fresh span MLP."""
-    components: dict[str, PreTrainedModel] = {"reader": build_reader(model_config)}
+    included; one holding an encoder gives the reader's BERT, under a fresh span MLP. The
+    reader's hidden states drop out at `reader_dropout` (None: the preset's dropout); its saved
+    config keeps that rate, so a resumed run trains with it too."""
+    reader_config = model_config if reader_dropout is None else dataclasses.replace(model_config, hidden_dropout=reader_dropout)
+    components: dict[str, PreTrainedModel] = {"reader": build_reader(reader_config)}
     reader_init = None if reader_init == WARM_START else reader_init or init_checkpoint
     if with_query_embedder:
         if init_checkpoint is None:
@@ -345,7 +349,8 @@ def train_finetune(
             f"{sorted(needed)}; a run root fine-tunes one retriever kind (use another root for the other)"
         )
     components = resume.components if resume else initial_components(
-        init_checkpoint, model_config, device, reader_init=reader_init, with_query_embedder=dense
+        init_checkpoint, model_config, device, reader_init=reader_init, with_query_embedder=dense,
+        reader_dropout=config.reader_dropout,
     )
     reader = components["reader"]
     retriever = load_question_retriever(index_path, components.get("query_embedder"), model_config, device)

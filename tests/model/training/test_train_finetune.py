@@ -322,3 +322,13 @@ def test_a_warmed_up_reader_starts_fine_tuning_whole_span_head_included(qa_corpu
     for name in ("query_embedder", "reader"):
         for key, value in warmed[name].state_dict().items():
             assert torch.equal(started[name].state_dict()[key], value), f"{name}.{key}"
+
+
+def test_reader_dropout_sets_the_readers_hidden_dropout_alone_and_is_saved_with_it(qa_corpus, tmp_path, tiny_config):
+    config = CONFIG.model_copy(update={"epochs": 0, "reader_dropout": 0.3})
+    result, _ = _train(qa_corpus, tmp_path, dataclasses.replace(tiny_config, dropout=0.05), config)
+    saved = load_components(result["checkpoint"])
+    assert saved["reader"].config.hidden_dropout_prob == 0.3
+    assert saved["reader"].config.attention_probs_dropout_prob == 0.05
+    assert saved["query_embedder"].config.hidden_dropout_prob == 0.05
+    assert {m.p for m in saved["reader"].bert.encoder.modules() if isinstance(m, torch.nn.Dropout)} == {0.3, 0.05}
