@@ -16,12 +16,7 @@ from pathlib import Path
 from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{secs:02d}s"
+from realm.model.progress import format_duration
 
 
 class TrainingReporter:
@@ -47,7 +42,7 @@ class TrainingReporter:
         )
         self.logger.info(
             "%s step %d/%d: %s | %.2f steps/s, ETA %s",
-            self.stage, step, self.total_steps, shown, metrics.get("steps_per_s", 0.0), _duration(metrics.get("eta_s")),
+            self.stage, step, self.total_steps, shown, metrics.get("steps_per_s", 0.0), format_duration(metrics.get("eta_s")),
         )
         update_progress_artifact(self.progress_id, progress=100.0 * min(step, self.total_steps) / max(self.total_steps, 1))
         self.record(metrics)

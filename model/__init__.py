@@ -6,7 +6,8 @@
 - `qa`        question files, gold spans, retrieval for questions, answering, answer metrics;
 - `training`  stage settings, the ICT / pre-training / fine-tuning trainers, loop plumbing.
 
-Two modules sit beside them, shared by all and free of torch: `tokenization` (the Beam
-pipelines use it too) and `publish` (step directories published by rename). Nothing here
+Three modules sit beside them, shared by all and free of torch: `tokenization` (the Beam
+pipelines use it too), `publish` (step directories published by rename) and `progress` (rate,
+ETA and the progress line on stderr; the pipelines use it too). Nothing here
 imports anything on import; use the modules directly (`realm.model.networks.reader`, ...).
 """

@@ -1,7 +1,7 @@
 """Training-loop plumbing shared by the ICT, pre-training and fine-tuning trainers (plain PyTorch).
 
-AdamW with BERT's no-decay rule and a linear warmup/decay schedule; a progress meter whose
-dict the trainers hand to a `ProgressFn` (the Prefect flows log it); a seeded held-out split
+AdamW with BERT's no-decay rule and a linear warmup/decay schedule; the `ProgressFn` the
+trainers hand `realm.model.progress.Progress`'s dict to (the Prefect flows log it); a seeded held-out split
 and a batch order that is a pure function of (seed, step), so a resumed run reads exactly the
 batches an uninterrupted one would; and the resume handshake around `realm.model.networks.checkpoint`.
 
@@ -21,8 +21,6 @@ import logging
 import math
 import os
 import random
-import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +35,7 @@ from realm.model.networks.checkpoint import TrainingState, latest_checkpoint, lo
 
 log = logging.getLogger(__name__)
 
-# A trainer calls this every `log_every` steps with `Progress.update`'s dict.
+# A trainer calls this every `log_every` steps with `realm.model.progress.Progress.update`'s dict.
 ProgressFn = Callable[[dict], None]
 
 
@@ -133,45 +131,6 @@ def build_scheduler(
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
-class Progress:
-    """Steps/s over a sliding window of recent updates, and the ETA to `total_steps`.
-
-    `start_step` is where this process began (a resumed run's checkpoint step), so the rate
-    counts only steps this process ran. `clock` is injectable for tests.
-    """
-
-    def __init__(
-        self,
-        total_steps: int,
-        start_step: int = 0,
-        window: int = 20,
-        clock: Callable[[], float] = time.perf_counter,
-    ):
-        self.total_steps = total_steps
-        self.clock = clock
-        self.started = clock()
-        self._marks: deque[tuple[int, float]] = deque([(start_step, self.started)], maxlen=window + 1)
-
-    def steps_per_s(self) -> float:
-        (first_step, first_time), (last_step, last_time) = self._marks[0], self._marks[-1]
-        return (last_step - first_step) / (last_time - first_time) if last_time > first_time else 0.0
-
-    def update(self, step: int, **metrics) -> dict:
-        """`metrics` plus step, total_steps, steps_per_s, eta_s (None until a rate is known),
-        elapsed_s; `step` is the number of completed steps."""
-        now = self.clock()
-        self._marks.append((step, now))
-        rate = self.steps_per_s()
-        return {
-            **metrics,
-            "step": step,
-            "total_steps": self.total_steps,
-            "steps_per_s": rate,
-            "eta_s": (self.total_steps - step) / rate if rate > 0 else None,
-            "elapsed_s": now - self.started,
-        }
 
 
 def heldout_split(num_examples: int, heldout_examples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

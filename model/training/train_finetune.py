@@ -70,8 +70,8 @@ from realm.model.networks.reader import (
 )
 from realm.model.networks.retriever import Embedder
 from realm.model.tokenization import WordPieceTokenizer
+from realm.model.progress import Progress
 from realm.model.training.loop import (
-    Progress,
     ProgressFn,
     apply_update,
     batch_rows,

@@ -31,8 +31,8 @@ from realm.model.networks.marginal import mask_log_scores
 from realm.model.networks.retriever import Embedder, Retriever, fit_projection_pca
 from realm.model.training.stage_settings import IctConfig
 from realm.model.tokenization import WordPieceTokenizer, join
+from realm.model.progress import Progress
 from realm.model.training.loop import (
-    Progress,
     ProgressFn,
     apply_update,
     batch_rows,

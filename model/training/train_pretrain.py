@@ -55,8 +55,8 @@ from realm.model.training.pretrain_step import (
     span_in_candidates,
 )
 from realm.model.networks.retriever import Embedder, Retriever
+from realm.model.progress import Progress
 from realm.model.training.loop import (
-    Progress,
     apply_update,
     batch_rows,
     build_optimizer,

@@ -8,7 +8,7 @@ import pytest
 MODEL_DIR = pathlib.Path(__file__).resolve().parents[2] / "model"
 # The rooms of realm.model in import order: each may import the shared modules and the rooms before it.
 ROOMS = ["networks", "index", "qa", "training"]
-SHARED = {"tokenization", "publish"}
+SHARED = {"tokenization", "publish", "progress"}
 
 
 def _imports(path: pathlib.Path) -> list[str]:
@@ -27,8 +27,8 @@ def _room(module: str) -> str:
 
 
 def test_package_import_does_not_load_torch():
-    """Beam workers import realm.model.tokenization; that must not pull torch in."""
-    code = "import sys, realm.model.tokenization, realm.model.publish; print('torch' in sys.modules)"
+    """Beam workers import realm.model.tokenization and .progress; that must not pull torch in."""
+    code = "import sys, realm.model.tokenization, realm.model.publish, realm.model.progress; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 

@@ -6,7 +6,6 @@ from torch import nn
 from realm.model.networks.checkpoint import save_checkpoint
 from realm.model.networks.retriever import build_retriever
 from realm.model.training.loop import (
-    Progress,
     batch_rows,
     build_optimizer,
     build_scheduler,
@@ -53,16 +52,6 @@ def test_schedule_warms_up_linearly_then_decays_to_zero():
     assert rates[:5] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
     assert rates[4:] == sorted(rates[4:], reverse=True) and rates[-1] == pytest.approx(1 / 8)
     assert optimizer.param_groups[0]["lr"] == 0.0
-
-
-def test_progress_reports_rate_and_eta_of_this_process_steps():
-    now = [100.0]
-    progress = Progress(total_steps=50, start_step=10, clock=lambda: now[0])
-    now[0] = 104.0
-    metrics = progress.update(20, loss=1.5)
-    assert metrics == {
-        "loss": 1.5, "step": 20, "total_steps": 50, "steps_per_s": 2.5, "eta_s": 12.0, "elapsed_s": 4.0,
-    }
 
 
 def test_heldout_split_is_seeded_and_disjoint():
