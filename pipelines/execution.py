@@ -1,7 +1,8 @@
-"""Running a realm pipeline: local defaults, clean artifact directories, the run summary.
+"""Running a realm pipeline: local defaults, clean artifact directories, live progress, the run summary.
 
 Without `--runner`, pipelines run on Beam's local runner with 2 worker processes (this
-project's default machine). After the run the Beam counters under `realm.<stage>` are
+project's default machine). While a local run goes on, each stage's counts so far show on
+stderr (`realm.pipelines.progress`). After the run the Beam counters under `realm.<stage>` are
 printed as one table and written to `<output>/summary/<name>.json`, so a user sees how many
 records each stage kept, skipped and dead-lettered without opening the Parquet files.
 Beam's local runner leaves directories in the system temp folder after every pipeline (its
@@ -26,6 +27,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from realm.pipelines.artifacts import write_stage_outputs
 from realm.pipelines.dead_letters import METRIC_NAMESPACE_PREFIX
 from realm.pipelines.options import RealmOptions, require
+from realm.pipelines.progress import StageTaps, runs_locally, showing_stage_progress
 
 LOG = logging.getLogger(__name__)
 LOCAL_RUNNER_FLAGS = [
@@ -75,8 +77,8 @@ def format_summary(counts: dict[str, dict[str, int]], stage_order: list[str]) ->
 
 
 @contextlib.contextmanager
-def private_temp_folder() -> Iterator[None]:
-    """Python's temp folder is a fresh one of its own until the block ends, then removed."""
+def private_temp_folder() -> Iterator[str]:
+    """Python's temp folder is a fresh one of its own (yielded) until the block ends, then removed."""
     # Beam makes its folders with tempfile.mkdtemp() and no `dir`, so redirecting the
     # process's default is the one handle; a pipeline run is the only work of its process
     # (the CLI, or the prepare task before any other stage starts).
@@ -89,13 +91,17 @@ def private_temp_folder() -> Iterator[None]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def execute(build, argv: list[str]) -> dict[str, dict[str, int]]:
-    """Build with `build(pipeline)`, run to completion; the per-stage counts (`stage_counters`)."""
-    with private_temp_folder():
-        pipeline = beam.Pipeline(options=PipelineOptions(with_local_defaults(argv)))
-        build(pipeline)
-        result = pipeline.run()
-        result.wait_until_finish()
+def execute(build, argv: list[str], name: str, stage_order: list[str]) -> dict[str, dict[str, int]]:
+    """Build with `build(pipeline, taps)` (`realm.pipelines.progress.StageTaps`), run to
+    completion showing the stages' progress as `name`; the per-stage counts (`stage_counters`)."""
+    with private_temp_folder() as temp_folder:
+        options = PipelineOptions(with_local_defaults(argv))
+        pipeline = beam.Pipeline(options=options)
+        progress_dir = tempfile.mkdtemp(prefix="progress-", dir=temp_folder) if runs_locally(options) else None
+        build(pipeline, StageTaps(progress_dir))
+        with showing_stage_progress(name, progress_dir, stage_order):
+            result = pipeline.run()
+            result.wait_until_finish()
         return stage_counters(result)
 
 
@@ -121,8 +127,8 @@ def print_summary(output: str, name: str, counts: dict[str, dict[str, int]], sta
 def run_pipeline(
     build, argv: list[str], output: str, name: str, stage_order: list[str]
 ) -> dict[str, dict[str, int]]:
-    """Build with `build(pipeline)`, run to completion, save and print the per-stage counts."""
-    counts = execute(build, argv)
+    """Build with `build(pipeline, taps)`, run to completion, save and print the per-stage counts."""
+    counts = execute(build, argv, name, stage_order)
     write_summary(output, name, counts)
     print_summary(output, name, counts, stage_order)
     return counts
@@ -137,7 +143,9 @@ def run_single_stage(argv, stage: str, required_flags: list[str], output_schemas
         clear_artifact(options.output, name)
     clear_artifact(options.output, "dead_letter", stage)
 
-    def build(pipeline):
-        write_stage_outputs(build_outputs(pipeline, options), options.output, stage, output_schemas)
+    def build(pipeline, taps):
+        outputs = build_outputs(pipeline, options)
+        taps.leaving(stage, outputs)
+        write_stage_outputs(outputs, options.output, stage, output_schemas)
 
     return run_pipeline(build, argv, options.output, stage, [stage])

@@ -5,7 +5,8 @@
         [--knowledge_blocks OTHER_RUN/blocks] [Beam flags, e.g. --runner DataflowRunner ...]
 
 Writes `documents/`, `blocks/`, `pretrain_examples/` (with `forbidden_block_ids`),
-`ict_examples/` and `dead_letter/` (always, even when empty) under `--output`, then prints the
+`ict_examples/` and `dead_letter/` (always, even when empty) under `--output`, showing each
+stage's counts so far on stderr while it runs (`realm.pipelines.progress`), then prints the
 per-stage counts. Without `--knowledge_blocks`, the knowledge corpus Z is the blocks built
 here (X = Z, as in Wikipedia pre-training); with it, e.g. CC-News examples are filtered
 against a Wikipedia corpus built by an earlier run (X != Z).
@@ -30,6 +31,7 @@ from realm.pipelines.chunk import ChunkDocuments
 from realm.pipelines.execution import execute, print_summary, summary_file, write_summary
 from realm.pipelines.ict import BuildIctExamples
 from realm.pipelines.options import RealmOptions, require
+from realm.pipelines.progress import StageTaps
 from realm.pipelines.readers import read_corpus
 from realm.pipelines.salient import TagSalientSpans
 from realm.pipelines.staging import move_into_place, staged_output
@@ -47,32 +49,34 @@ OUTPUT_SCHEMAS = {
 }
 
 
-def build_prepare_pipeline(pipeline: beam.Pipeline, options: RealmOptions, output: str) -> None:
-    """The whole preparation, its artifacts written under `output`."""
+def build_prepare_pipeline(pipeline: beam.Pipeline, options: RealmOptions, output: str, taps: StageTaps) -> None:
+    """The whole preparation, its artifacts written under `output`, each stage counted by `taps`."""
     read = read_corpus(pipeline, options.corpus, options.input, limit=options.limit)
     documents = read["documents"]
-    chunked = documents | ChunkDocuments(options.model_dir, options.max_block_wordpieces)
+    chunked = taps.entering("chunk", documents) | ChunkDocuments(options.model_dir, options.max_block_wordpieces)
     blocks = chunked["blocks"]
-    tagged = blocks | TagSalientSpans(options.model_dir, options.seed)
+    tagged = taps.entering("salient", blocks) | TagSalientSpans(options.model_dir, options.seed)
     knowledge_blocks = (
         pipeline | "ReadKnowledgeBlocks" >> ReadArtifact(options.knowledge_blocks, BLOCKS)
         if options.knowledge_blocks
         else blocks
     )
     filtered = {
-        "pretrain_examples": tagged["pretrain_examples"],
+        "pretrain_examples": taps.entering("trivial", tagged["pretrain_examples"]),
         "knowledge_blocks": knowledge_blocks,
     } | FilterTrivialRetrievals(options.max_blocks_per_sentence)
-    ict = blocks | BuildIctExamples(
+    ict = taps.entering("ict", blocks) | BuildIctExamples(
         options.model_dir, options.seed, options.ict_keep_probability, options.ict_queries_per_block
     )
-    dead_letters = [stage["dead_letter"] for stage in (read, chunked, tagged, filtered, ict)]
+    stages = {"read": read, "chunk": chunked, "salient": tagged, "trivial": filtered, "ict": ict}
+    for stage, stage_outputs in stages.items():
+        taps.leaving(stage, stage_outputs)
     outputs = {
         "documents": documents,
         "blocks": blocks,
         "pretrain_examples": filtered["pretrain_examples"],
         "ict_examples": ict["ict_examples"],
-        "dead_letter": dead_letters | "FlattenDeadLetters" >> beam.Flatten(),
+        "dead_letter": [stage_outputs["dead_letter"] for stage_outputs in stages.values()] | "FlattenDeadLetters" >> beam.Flatten(),
     }
     for name, schema in OUTPUT_SCHEMAS.items():
         outputs[name] | WriteArtifact(output, name, schema, file_prefix=NAME)
@@ -95,7 +99,9 @@ def run(argv: list[str] | None = None) -> dict[str, dict[str, int]]:
     require(options, "corpus", "output")
     check_inputs(options)
     with staged_output(options.output, NAME) as staging:
-        counts = execute(lambda pipeline: build_prepare_pipeline(pipeline, options, staging), argv)
+        counts = execute(
+            lambda pipeline, taps: build_prepare_pipeline(pipeline, options, staging, taps), argv, NAME, STAGES
+        )
         write_summary(staging, NAME, counts)
         move_into_place(staging, options.output, list(OUTPUT_SCHEMAS), [summary_file(NAME)])
     print_summary(options.output, NAME, counts, STAGES)

@@ -58,7 +58,7 @@ def file_bytes(root):
     return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
 
 
-def test_vital_corpus_with_the_default_two_worker_runner(tmp_path, monkeypatch):
+def test_vital_corpus_with_the_default_two_worker_runner(tmp_path, monkeypatch, capsys):
     temp_folder = tmp_path / "temp"
     temp_folder.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp_folder))
@@ -74,6 +74,13 @@ def test_vital_corpus_with_the_default_two_worker_runner(tmp_path, monkeypatch):
     assert pq.read_schema(next((tmp_path / "dead_letter").glob("*.parquet"))).names == ARTIFACTS["dead_letter"].names
     assert json.loads((tmp_path / "summary" / "prepare.json").read_text()) == counts
     assert_consistent(tables)
+    # The live progress, counted in the worker processes, ends on what Beam's counters say.
+    last_progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("prepare ")][-1]
+    blocks, examples = counts["chunk"]["blocks"], counts["salient"]["sentences"]
+    assert last_progress.split(" | ")[1:] == [
+        "read 40 out", f"chunk 40 in, {blocks:,} out", f"salient {blocks:,} in, {examples:,} out",
+        f"trivial {examples:,} in, {examples:,} out", f"ict {blocks:,} in, {counts['ict']['examples']:,} out",
+    ]
 
 
 def test_wikipedia_dump_with_broken_pages_lands_good_articles_and_dead_letters(tmp_path):
