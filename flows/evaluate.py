@@ -6,6 +6,7 @@ blocks; reader accuracy is the exact match among the questions with an answer in
 the reader read (the top `num_read`), which tells a reader that cannot read from a retriever
 that found nothing to read. Every prediction is written to `<root>/predictions/<dataset>.parquet` with its
 retrieved block ids and p(z|x), and the per-dataset table is published to the Prefect UI.
+Answering shows its progress on stderr (`realm.model.progress`).
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def evaluate_qa(
     from realm.model.qa.answering import Answerer
     from realm.model.networks.config import ModelConfig
     from realm.model.networks.device import select_device
+    from realm.model.progress import ProgressBar
     from realm.model.qa.qa_data import read_qa_file
     from realm.schemas import PREDICTIONS, write_table
 
@@ -81,9 +83,11 @@ def evaluate_qa(
     )
     examples = [example for path in qa_files for example in read_qa_file(path)]
     logger.info("answering %d questions from %s", len(examples), ", ".join(qa_files))
-    predictions = answerer.answer(
-        [e.question for e in examples], num_read=params.num_read, num_retrieve=max(params.num_retrieve, *RECALL_AT)
-    )
+    with ProgressBar("answering", len(examples), "questions") as bar:
+        predictions = answerer.answer(
+            [e.question for e in examples], num_read=params.num_read, num_retrieve=max(params.num_retrieve, *RECALL_AT),
+            progress=bar.advance,
+        )
     metrics, rows = score_predictions(examples, predictions, params.num_read)
     for dataset, dataset_rows in rows.items():
         path = write_table(str(layout.predictions_file(dataset)), dataset_rows, PREDICTIONS)

@@ -33,6 +33,11 @@ def iter_block_batches(
             yield from validate_table(pa.Table.from_batches([batch]), schema, file).to_batches()
 
 
+def count_blocks(blocks_path: str) -> int:
+    """How many blocks a `blocks/` artifact holds, from its files' footers (no rows read)."""
+    return sum(pq.ParquetFile(file).metadata.num_rows for file in parquet_files(blocks_path))
+
+
 class _Lists:
     """A list<int32> column as (values, offsets)."""
 

@@ -85,7 +85,7 @@ def index_corpus(
     )
     stats = embed_blocks(
         doc_embedder, model_config.tokenizer(), changed, str(staging), doc_tower_step,
-        device=device, cpu_bf16_autocast=model_config.cpu_bf16_autocast,
+        device=device, cpu_bf16_autocast=model_config.cpu_bf16_autocast, total_blocks=len(new),
     )
     if reuse.any():
         write_embeddings(str(staging), kept_ids[reuse], kept_vectors[reuse], doc_tower_step, part=1)

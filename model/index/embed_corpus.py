@@ -5,14 +5,15 @@ gathered into windows of `window_blocks`; within a window they are embedded unde
 `torch.inference_mode` in length-sorted batches (padding to the batch's longest block then
 wastes little: unsorted batches cost 2.3x, design §5b), and each window is appended as a row
 group to one Parquet part through `ParquetWriter`, so memory stays flat however large the
-corpus. The part is written under a hidden temporary name and renamed when complete.
+corpus. The part is written under a hidden temporary name and renamed when complete. Progress
+(blocks embedded, rate, ETA) shows on stderr as it goes (`realm.model.progress`).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from realm.model.index.block_store import BLOCK_COLUMNS
 from realm.model.networks.device import autocast
 from realm.model.networks.inputs import block_sequence, length_sorted_groups, pad_batch
 from realm.model.networks.retriever import Embedder
+from realm.model.progress import ProgressBar
 from realm.model.tokenization import WordPieceTokenizer
 from realm.schemas import EMBEDDING_DIM, EMBEDDINGS, read_table, write_table
 
@@ -56,9 +58,10 @@ def embed_window(
     batch_size: int,
     device: torch.device,
     cpu_bf16_autocast: bool,
+    progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
     """[rows, dim] float32 embeddings of a window's blocks, in the window's row order, computed
-    in length-sorted batches."""
+    in length-sorted batches; `progress` is told each batch's block count once it is embedded."""
     sequences = [
         block_sequence(tokenizer, title, body)
         for title, body in zip(window["title_token_ids"].to_pylist(), window["body_token_ids"].to_pylist())
@@ -68,6 +71,8 @@ def embed_window(
         for rows in length_sorted_groups([len(ids) for ids, _ in sequences], batch_size):
             inputs = pad_batch([sequences[row] for row in rows], tokenizer.pad_id).to(device)
             out[rows] = doc_embedder(**inputs.as_kwargs()).float().cpu().numpy()
+            if progress is not None:
+                progress(len(rows))
     return out
 
 
@@ -83,10 +88,12 @@ def embed_blocks(
     window_blocks: int = 4096,
     device: torch.device | None = None,
     cpu_bf16_autocast: bool = False,
+    total_blocks: int | None = None,
 ) -> EmbedStats:
     """Write `<out_dir>/part-<part>.parquet` (EMBEDDINGS schema), one row per block in input
     order. Use a fresh `out_dir` per snapshot (an older snapshot's parts would otherwise be
-    read along with it)."""
+    read along with it). `total_blocks` (a Table's own row count when not given) is what the
+    progress line's share and ETA count towards."""
     device = device or next(doc_embedder.parameters()).device
     if doc_embedder.config.retrieval_dim != EMBEDDING_DIM:
         raise ValueError(f"doc tower embeds in {doc_embedder.config.retrieval_dim}-d; EMBEDDINGS holds {EMBEDDING_DIM}")
@@ -95,11 +102,18 @@ def embed_blocks(
     path.parent.mkdir(parents=True, exist_ok=True)
     was_training = doc_embedder.training
     doc_embedder.eval()
+    if total_blocks is None and isinstance(blocks, pa.Table):
+        total_blocks = blocks.num_rows
     started, num_blocks = time.perf_counter(), 0
     try:
-        with pq.ParquetWriter(partial, EMBEDDINGS) as writer:
+        with (
+            pq.ParquetWriter(partial, EMBEDDINGS) as writer,
+            ProgressBar("embedding", total_blocks, "blocks") as bar,
+        ):
             for window in _windows(blocks, window_blocks):
-                embeddings = embed_window(doc_embedder, tokenizer, window, batch_size, device, cpu_bf16_autocast)
+                embeddings = embed_window(
+                    doc_embedder, tokenizer, window, batch_size, device, cpu_bf16_autocast, bar.advance
+                )
                 writer.write_table(_embeddings_table(window["block_id"], embeddings, checkpoint_step))
                 num_blocks += window.num_rows
         os.replace(partial, path)

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from realm.model.index.block_store import iter_block_batches
+from realm.model.index.block_store import count_blocks, iter_block_batches
 from realm.model.index.embed_corpus import embed_blocks, load_embeddings
 from realm.model.index.lineage import doc_tower_fingerprint, index_lineage
 from realm.model.index.mips import IndexConfig, MipsIndex
@@ -89,6 +89,7 @@ def rebuild_index(
         snapshot_step,
         device=device,
         cpu_bf16_autocast=model_config.cpu_bf16_autocast,
+        total_blocks=count_blocks(blocks_path),
     )
     published = publish_embeddings_and_index(
         staging, embeddings_root, index_root, snapshot_step, keep,

@@ -13,7 +13,7 @@ measured over them, `answer_rank`), and the reader reads the top `num_read`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -197,10 +197,16 @@ class Answerer:
 
     @torch.inference_mode()
     def answer(
-        self, questions: Sequence[str], num_read: int = 5, num_retrieve: int = 20, batch_size: int = 16
+        self,
+        questions: Sequence[str],
+        num_read: int = 5,
+        num_retrieve: int = 20,
+        batch_size: int = 16,
+        progress: Callable[[int], None] | None = None,
     ) -> list[Prediction]:
         """One prediction per question, in order. `batch_size` questions share a query-tower
-        forward and a reader forward over their batch_size · num_read blocks."""
+        forward and a reader forward over their batch_size · num_read blocks; `progress` is
+        told each batch's question count once it is answered."""
         empty = [index for index, question in enumerate(questions) if not question.strip()]
         if empty:
             raise ValueError(f"question {empty[0]} is empty: nothing to retrieve or read for")
@@ -208,7 +214,10 @@ class Answerer:
             raise ValueError(f"need 1 <= num_read <= num_retrieve, got {num_read} and {num_retrieve}")
         predictions = []
         for start in range(0, len(questions), batch_size):
-            predictions += self._answer_batch(questions[start : start + batch_size], num_read, num_retrieve)
+            batch = questions[start : start + batch_size]
+            predictions += self._answer_batch(batch, num_read, num_retrieve)
+            if progress is not None:
+                progress(len(batch))
         return predictions
 
     def _answer_batch(self, questions: Sequence[str], num_read: int, num_retrieve: int) -> list[Prediction]:

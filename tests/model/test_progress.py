@@ -88,15 +88,15 @@ def test_a_line_made_off_the_main_thread_writes_plain_lines_even_on_a_terminal()
 
 def test_a_bar_off_a_terminal_logs_count_share_rate_and_eta_then_a_summary():
     clock, stream = Clock(), Stream(terminal=False)
-    with ProgressBar("embedding blocks", 100, "blocks", stream, clock) as bar:
+    with ProgressBar("embedding", 100, "blocks", stream, clock) as bar:
         clock.now = 10.0
         bar.advance(25)
         clock.now = 20.0
         bar.advance(75)
     assert stream.getvalue().splitlines() == [
-        "embedding blocks 25/100 blocks (25%), 2.5 blocks/s, ETA 0m30s",
-        "embedding blocks 100/100 blocks (100%), 5.0 blocks/s, ETA 0m00s",
-        "embedding blocks: 100 blocks in 0m20s, 5.0 blocks/s",
+        "embedding 25/100 blocks (25%), 2.5 blocks/s, ETA 0m30s",
+        "embedding 100/100 blocks (100%), 5.0 blocks/s, ETA 0m00s",
+        "embedding: 100 blocks in 0m20s, 5.0 blocks/s",
     ]
 
 

@@ -2,8 +2,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from realm.model.index.block_store import iter_block_batches
-from realm.model.index.embed_corpus import embed_blocks, load_embeddings
+from realm.model.index.block_store import count_blocks, iter_block_batches
+from realm.model.index.embed_corpus import embed_blocks, embed_window, load_embeddings
 from realm.model.networks.inputs import block_sequence, pad_batch
 from realm.model.networks.retriever import build_retriever
 from realm.schemas import EMBEDDINGS, read_table, write_table
@@ -19,7 +19,7 @@ def _plain_forward(doc_embedder, tokenizer, blocks_table) -> np.ndarray:
     return np.stack(rows)
 
 
-def test_embeddings_validate_and_match_a_plain_forward(tiny_config, tokenizer, blocks_table, tmp_path):
+def test_embeddings_validate_and_match_a_plain_forward(tiny_config, tokenizer, blocks_table, tmp_path, capsys):
     doc_embedder = build_retriever(tiny_config).doc_embedder.eval()
     blocks_dir = tmp_path / "blocks"
     write_table(str(blocks_dir / "part-0.parquet"), blocks_table, blocks_table.schema)
@@ -32,8 +32,12 @@ def test_embeddings_validate_and_match_a_plain_forward(tiny_config, tokenizer, b
         checkpoint_step=42,
         batch_size=2,
         window_blocks=5,  # two windows: 6 rows then 2
+        total_blocks=count_blocks(str(blocks_dir)),
     )
-    assert stats.num_blocks == len(blocks_table)
+    assert stats.num_blocks == len(blocks_table) == count_blocks(str(blocks_dir))
+    # Off a terminal, a run shorter than the log interval shows its summary line alone.
+    summaries = [line for line in capsys.readouterr().err.splitlines() if line.startswith("embedding:")]
+    assert len(summaries) == 1 and summaries[0].startswith(f"embedding: {len(blocks_table)} blocks in ")
     assert pq.ParquetFile(stats.path).metadata.num_row_groups == 2
     table = read_table(str(tmp_path / "embeddings"), EMBEDDINGS)  # validates the schema
     assert table["checkpoint_step"].to_pylist() == [42] * len(blocks_table)
@@ -49,3 +53,10 @@ def test_training_mode_is_restored(tiny_config, tokenizer, blocks_table, tmp_pat
     doc_embedder = build_retriever(tiny_config).doc_embedder.train()
     embed_blocks(doc_embedder, tokenizer, blocks_table, str(tmp_path), checkpoint_step=0)
     assert doc_embedder.training
+
+
+def test_a_window_reports_each_batch_once_it_is_embedded(tiny_config, tokenizer, blocks_table):
+    embedded = []
+    embed_window(build_retriever(tiny_config).doc_embedder, tokenizer, blocks_table, 3, torch.device("cpu"), False,
+                 progress=embedded.append)
+    assert len(blocks_table) == 8 and embedded == [3, 3, 2]

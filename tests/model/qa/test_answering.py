@@ -133,6 +133,12 @@ def test_retrieving_more_than_the_corpus_returns_every_block_once(answerer):
     assert sum(e.probability for e in prediction.evidence) == pytest.approx(1.0, abs=1e-5)
 
 
+def test_answering_reports_each_batch_once_it_is_answered(answerer):
+    answered = []
+    predictions = answerer.answer(QUESTIONS[:3] * 2, num_read=2, num_retrieve=2, batch_size=4, progress=answered.append)
+    assert len(predictions) == 6 and answered == [4, 2]
+
+
 def test_from_checkpoint_answers_as_the_models_it_was_saved_from(answerer, models, qa_corpus, tiny_config, tmp_path):
     blocks_path, index_path = qa_corpus
     query_embedder, reader = models
