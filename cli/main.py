@@ -32,7 +32,8 @@ prepare   Beam: read a corpus and build the Parquet artifacts training needs:
             salient   pretrain_examples/  one sentence per example, salient spans (spaCy NER + dates)
             trivial   pretrain_examples/  forbidden_block_ids: every block holding the sentence verbatim
             ict       ict_examples/       Inverse Cloze Task pairs to warm-start the retriever
-          Rejected records go to dead_letter/ (stage, key, reason); counts print at the end.
+          Rejected records go to dead_letter/ (stage, key, reason); each stage's counts show
+          on stderr while it runs and print as a table at the end.
 run       Prefect: the whole chain on one run root (prepare, then the stages below).
 train     Prefect, one stage at a time:
             ict       warm-start both retriever towers on the Inverse Cloze Task

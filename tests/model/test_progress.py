@@ -1,26 +1,9 @@
-import io
 import threading
 
 import pytest
 
 from realm.model.progress import Progress, ProgressBar, StatusLine, format_duration
-
-
-class Clock:
-    def __init__(self, now: float = 0.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Stream(io.StringIO):
-    def __init__(self, terminal: bool):
-        super().__init__()
-        self.terminal = terminal
-
-    def isatty(self) -> bool:
-        return self.terminal
+from tests.progress_fixture import Clock, Stream
 
 
 @pytest.fixture(autouse=True)

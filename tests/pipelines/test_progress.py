@@ -1,8 +1,6 @@
 """Live per-stage counts: taps count what each stage read, wrote and dead-lettered, the status
 line shows them, and a runner that is not local gets no taps at all."""
 
-import io
-
 import apache_beam as beam
 import pytest
 from apache_beam import pvalue
@@ -13,6 +11,7 @@ from realm.model.progress import StatusLine
 from realm.pipelines import progress
 from realm.pipelines.dead_letters import DEAD_LETTER
 from realm.pipelines.progress import StageTaps, read_stage_counts, runs_locally, showing_stage_progress
+from tests.progress_fixture import Clock, Stream
 
 IN_PROCESS = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
 
@@ -39,22 +38,6 @@ def counted(tmp_path_factory) -> str:
         taps.leaving("halve", {"halves": halved.halves, DEAD_LETTER: halved[DEAD_LETTER]})
         assert_that(halved.halves, equal_to([0, 1, 2, 3]))  # the input tap passes every element on
     return str(directory)
-
-
-class Clock:
-    now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Stream(io.StringIO):
-    def __init__(self, terminal: bool):
-        super().__init__()
-        self.terminal = terminal
-
-    def isatty(self) -> bool:
-        return self.terminal
 
 
 def test_taps_count_what_each_stage_read_wrote_and_dead_lettered(counted):
