@@ -443,11 +443,11 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from realm.model.qa.qa_data import QAFormatError
-    from realm.schemas import SchemaMismatchError
+    from realm.schemas import ArtifactError
 
     try:
         return args.handler(args, extra)
-    except (QAFormatError, SchemaMismatchError, FileNotFoundError) as error:
+    except (QAFormatError, ArtifactError, FileNotFoundError) as error:
         # Errors a user can fix: one line saying what and where, not a traceback.
         if args.debug or os.environ.get("REALM_DEBUG"):
             raise
