@@ -20,6 +20,9 @@ from realm.flows.params import ModelPreset, RunPreset
 # ("database is locked" tracebacks), and there is no network to send it to anyway.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
+# The commands that run Prefect flows, and so may start Prefect's temporary server.
+FLOW_COMMANDS = {"run", "train", "evaluate", "reproduce"}
+
 # The question `realm run` answers at its end, with its evidence (a demo question: never trained on).
 EXAMPLE_QUESTION = "who was the commander of apollo 11"
 
@@ -445,6 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     from realm.model.qa.qa_data import QAFormatError
     from realm.schemas import ArtifactError
 
+    if args.command in FLOW_COMMANDS:
+        from realm.cli import prefect_server
+
+        prefect_server.install()
     try:
         return args.handler(args, extra)
     except (QAFormatError, ArtifactError, FileNotFoundError) as error:
