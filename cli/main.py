@@ -280,9 +280,13 @@ def _run_answerer(run_root: str, device: str | None, corpus: str | None = None):
     from realm.model.qa.answering import Answerer
     from realm.model.training.loop import set_transformers_verbosity_error
 
+    from realm.schemas import ArtifactError
+
     set_transformers_verbosity_error()
     try:
         return Answerer.from_run(run_root, device=select_device(device), corpus=corpus)
+    except ArtifactError:
+        raise  # main's one line for a damaged file
     except ValueError as error:  # e.g. a corpus name that is not a plain name
         raise SystemExit(f"realm: {error}") from None
 
@@ -445,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from realm.model.publish import IntegrityError
     from realm.model.qa.qa_data import QAFormatError
     from realm.schemas import ArtifactError
 
@@ -454,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         prefect_server.install()
     try:
         return args.handler(args, extra)
-    except (QAFormatError, ArtifactError, FileNotFoundError) as error:
+    except (QAFormatError, ArtifactError, IntegrityError, FileNotFoundError) as error:
         # Errors a user can fix: one line saying what and where, not a traceback.
         if args.debug or os.environ.get("REALM_DEBUG"):
             raise

@@ -11,13 +11,18 @@ that stable id, so the same rows always give the same examples, batches and loss
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from realm.schemas.manifest import MANIFEST_FILE, verify_step
 
+
+# Beam's shard names: <prefix>-<index>-of-<count>.parquet, both numbers 5 digits or more.
+_SHARD_NAME = re.compile(r"(?P<prefix>.+)-(?P<index>\d{5,})-of-(?P<count>\d{5,})\.parquet")
 # Schema metadata: the column whose order is the artifact's canonical row order.
 ROW_ORDER = b"realm.row_order"
 
@@ -91,11 +96,14 @@ def _is_list(t: pa.DataType) -> bool:
 
 
 def parquet_files(path: str) -> list[str]:
-    """The Parquet files of an artifact: `path` itself, or every *.parquet under the directory."""
+    """The Parquet files of an artifact: `path` itself, or every *.parquet under the directory,
+    which must match its manifest when it has one (`realm prepare` writes one)."""
     if os.path.isfile(path):
         return [path]
     if not os.path.isdir(path):
         raise FileNotFoundError(f"{path}: no such artifact (file or directory)")
+    if os.path.isfile(os.path.join(path, MANIFEST_FILE)):
+        verify_step(path)
     files = sorted(
         os.path.join(root, name)
         for root, _, names in os.walk(path)
@@ -104,7 +112,24 @@ def parquet_files(path: str) -> list[str]:
     )
     if not files:
         raise FileNotFoundError(f"{path}: directory holds no .parquet files")
+    check_shards_complete(files)
     return files
+
+
+def check_shards_complete(files: list[str]) -> None:
+    """`ArtifactError` naming the first missing shard when Beam's `<prefix>-NNNNN-of-MMMMM`
+    names show a set of shards incomplete: a lost shard would otherwise read as a smaller
+    artifact, without a word."""
+    present: dict[tuple[str, int], set[int]] = {}
+    for file in files:
+        if match := _SHARD_NAME.fullmatch(os.path.basename(file)):
+            key = (os.path.join(os.path.dirname(file), match["prefix"]), int(match["count"]))
+            present.setdefault(key, set()).add(int(match["index"]))
+    for (prefix, count), indexes in sorted(present.items()):
+        if missing := sorted(set(range(count)) - indexes):
+            raise ArtifactError(
+                f"{prefix}-{missing[0]:05d}-of-{count:05d}.parquet: missing ({len(indexes)} of {count} shards there)"
+            )
 
 
 @contextmanager

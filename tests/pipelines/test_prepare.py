@@ -11,7 +11,8 @@ import pytest
 
 from realm.pipelines import prepare
 from realm.pipelines.read_ccnews import url_doc_id
-from realm.schemas import ARTIFACTS, read_table
+from realm.schemas import ARTIFACTS, BLOCKS, read_table
+from realm.schemas.manifest import MANIFEST_FILE, IntegrityError
 from tests.pipelines.news_fixture import BRIDGE_HTML, BRIDGE_URL, CAFE_HTML, CAFE_URL, SECTION_HTML, SECTION_URL, warc_records
 from tests.pipelines.wikipedia_fixture import ARTICLES, dump_bytes, page
 
@@ -168,3 +169,15 @@ def test_a_run_can_be_prepared_again_from_its_own_documents_and_blocks(run_copy)
     assert json.loads((run_copy / "summary" / "prepare.json").read_text()) == counts
     assert sorted(p.name for p in run_copy.iterdir()) == sorted(["summary", *WRITTEN])  # no staging dir left
     assert_consistent(tables)
+
+
+def test_each_prepared_artifact_carries_a_manifest_and_a_shard_altered_since_is_named(run_copy):
+    """Beam writes Parquet uncompressed: a flipped byte in a page still reads, as other text."""
+    assert all((run_copy / name / MANIFEST_FILE).is_file() for name in WRITTEN)
+    shard = sorted((run_copy / "blocks").glob("*.parquet"))[0]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match=f"^{shard}: sha256 does not match {MANIFEST_FILE}"):
+        read_table(str(run_copy / "blocks"), BLOCKS)
+

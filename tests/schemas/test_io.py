@@ -2,7 +2,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from realm.schemas import DOCUMENTS, EMBEDDINGS, SchemaMismatchError, UnreadableArtifactError, read_table, write_table
+from realm.schemas import (
+    DOCUMENTS,
+    EMBEDDINGS,
+    ArtifactError,
+    SchemaMismatchError,
+    UnreadableArtifactError,
+    read_table,
+    write_table,
+)
 
 DOCUMENT = {"doc_id": "vital:1", "source": "vital", "title": "Paris", "text": "Paris is a city.", "url": None, "date": None}
 
@@ -74,4 +82,13 @@ def test_a_damaged_file_is_named(tmp_path, damage):
     write_table(str(path), [DOCUMENT], DOCUMENTS)
     path.write_bytes(path.read_bytes()[:-30] if damage == "truncated" else b"not parquet at all\n")
     with pytest.raises(UnreadableArtifactError, match=f"^{path}: not readable as Parquet"):
+        read_table(str(tmp_path / "documents"), DOCUMENTS)
+
+
+def test_a_lost_shard_of_a_beam_artifact_is_named_rather_than_read_as_a_smaller_artifact(tmp_path):
+    for index in (0, 2):  # 1 of 3 is gone; the dead letters' other stage is complete
+        write_table(str(tmp_path / "documents" / f"prepare-{index:05d}-of-00003.parquet"), [DOCUMENT], DOCUMENTS)
+    write_table(str(tmp_path / "documents" / "chunk-00000-of-00001.parquet"), [DOCUMENT], DOCUMENTS)
+    missing = tmp_path / "documents" / "prepare-00001-of-00003.parquet"
+    with pytest.raises(ArtifactError, match=f"^{missing}: missing \\(2 of 3 shards there\\)$"):
         read_table(str(tmp_path / "documents"), DOCUMENTS)
