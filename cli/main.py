@@ -20,6 +20,9 @@ from realm.flows.params import ModelPreset, RunPreset
 # ("database is locked" tracebacks), and there is no network to send it to anyway.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
+# The commands that run Prefect flows, and so may start Prefect's temporary server.
+FLOW_COMMANDS = {"run", "train", "evaluate", "reproduce"}
+
 # The question `realm run` answers at its end, with its evidence (a demo question: never trained on).
 EXAMPLE_QUESTION = "who was the commander of apollo 11"
 
@@ -278,9 +281,13 @@ def _run_answerer(run_root: str, device: str | None, corpus: str | None = None):
     from realm.model.qa.answering import Answerer
     from realm.model.training.loop import set_transformers_verbosity_error
 
+    from realm.schemas import ArtifactError
+
     set_transformers_verbosity_error()
     try:
         return Answerer.from_run(run_root, device=select_device(device), corpus=corpus)
+    except ArtifactError:
+        raise  # main's one line for a damaged file
     except ValueError as error:  # e.g. a corpus name that is not a plain name
         raise SystemExit(f"realm: {error}") from None
 
@@ -443,12 +450,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from realm.model.publish import IntegrityError
     from realm.model.qa.qa_data import QAFormatError
-    from realm.schemas import SchemaMismatchError
+    from realm.schemas import ArtifactError
 
+    if args.command in FLOW_COMMANDS:
+        from realm.cli import prefect_server
+
+        prefect_server.install()
     try:
         return args.handler(args, extra)
-    except (QAFormatError, SchemaMismatchError, FileNotFoundError) as error:
+    except (QAFormatError, ArtifactError, IntegrityError, FileNotFoundError) as error:
         # Errors a user can fix: one line saying what and where, not a traceback.
         if args.debug or os.environ.get("REALM_DEBUG"):
             raise

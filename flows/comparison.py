@@ -1,7 +1,7 @@
 """Comparing evaluated runs question by question: `realm compare RUN_A RUN_B ...`.
 
 Reads each run's `predictions/<dataset>.parquet` (written by `realm evaluate` through the
-PREDICTIONS schema) and, per dataset the runs share, reports exact match, reader accuracy
+PREDICTIONS schema, checked against the sizes and sha256 it recorded) and, per dataset the runs share, reports exact match, reader accuracy
 (exact match among the questions with an answer in the blocks read) and recall@5, each with
 a percentile-bootstrap 95% interval, and an exact McNemar test of each run against the first
 on the questions exactly one of them answers right. Runs must have answered the same
@@ -20,6 +20,7 @@ def compare_runs(run_roots: list[str]) -> list[dict]:
     reader_low, reader_high, n_answer_read, recall_at_5, only_this_right, only_baseline_right,
     p_value} (the last three None for the baseline)."""
     from realm.model.qa.paired_stats import bootstrap_interval, mcnemar_exact_p_value
+    from realm.model.publish import MANIFEST_FILE, verify_step
     from realm.schemas import PREDICTIONS, read_table
 
     tables = {}
@@ -28,6 +29,8 @@ def compare_runs(run_roots: list[str]) -> list[dict]:
         files = sorted(directory.glob("*.parquet"))
         if not files:
             raise FileNotFoundError(f"{directory}: no predictions; run `realm evaluate --run {root} --qa ...` first")
+        if (directory / MANIFEST_FILE).is_file():  # runs evaluated before manifests have none
+            verify_step(directory)
         tables[root] = {file.stem: read_table(str(file), PREDICTIONS).to_pylist() for file in files}
     shared = sorted(set.intersection(*(set(by_dataset) for by_dataset in tables.values())))
     if not shared:

@@ -5,13 +5,15 @@ recall@k is the fraction of questions with an answer string in one of the top-k 
 blocks; reader accuracy is the exact match among the questions with an answer in the blocks
 the reader read (the top `num_read`), which tells a reader that cannot read from a retriever
 that found nothing to read. Every prediction is written to `<root>/predictions/<dataset>.parquet` with its
-retrieved block ids and p(z|x), and the per-dataset table is published to the Prefect UI.
+retrieved block ids and p(z|x) (each file's size and sha256 recorded in `predictions/manifest.json`),
+and the per-dataset table is published to the Prefect UI.
 Answering shows its progress on stderr (`realm.model.progress`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -74,6 +76,7 @@ def evaluate_qa(
     from realm.model.networks.device import select_device
     from realm.model.progress import ProgressBar
     from realm.model.qa.qa_data import read_qa_file
+    from realm.model.publish import record_files
     from realm.schemas import PREDICTIONS, write_table
 
     logger = get_run_logger()
@@ -90,7 +93,8 @@ def evaluate_qa(
         )
     metrics, rows = score_predictions(examples, predictions, params.num_read)
     for dataset, dataset_rows in rows.items():
-        path = write_table(str(layout.predictions_file(dataset)), dataset_rows, PREDICTIONS)
+        path = Path(write_table(str(layout.predictions_file(dataset)), dataset_rows, PREDICTIONS))
+        record_files(path.parent, [path.name])  # `realm compare` checks them
         logger.info("%s: EM %.3f, reader accuracy %s, recall@5 %.3f over %d questions -> %s", dataset,
                     metrics[dataset]["em"], _share(metrics[dataset]["reader_accuracy"]), metrics[dataset]["recall_at_5"],
                     metrics[dataset]["n"], path)

@@ -16,7 +16,6 @@ checkpoint a later stage started from).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -24,13 +23,9 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from realm.schemas.manifest import MANIFEST_FILE, IntegrityError, file_sha256, read_manifest, verify_step
+
 log = logging.getLogger(__name__)
-
-MANIFEST_FILE = "manifest.json"
-
-
-class IntegrityError(RuntimeError):
-    """A published step directory whose files do not match its manifest, or that has none."""
 
 
 def staging_dir(root: str | os.PathLike, step: int) -> Path:
@@ -87,6 +82,21 @@ def write_manifest(staging: Path, uses: Iterable[str | os.PathLike], metadata: d
     (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
 
 
+def record_files(directory: str | os.PathLike, names: Iterable[str]) -> None:
+    """Add or update the size and sha256 of each of `names` in `<directory>/manifest.json`,
+    for a directory whose files are written one at a time (`predictions/<dataset>.parquet`);
+    `verify_step` then checks them as it checks a published step's. The manifest is replaced
+    by rename, never half written; a damaged one is an `IntegrityError`, not overwritten."""
+    directory = Path(directory)
+    manifest = read_manifest(directory) if (directory / MANIFEST_FILE).is_file() else {"files": {}, "uses": []}
+    for name in names:
+        path = directory / name
+        manifest["files"][name] = {"size": path.stat().st_size, "sha256": file_sha256(path)}
+    staged = directory / f".{MANIFEST_FILE}.tmp-{os.getpid()}"
+    staged.write_text(json.dumps(manifest, indent=2))
+    os.replace(staged, directory / MANIFEST_FILE)
+
+
 def prune(root: str | os.PathLike, step: int, keep: int) -> None:
     """Remove the steps of `root` older than the newest `keep` up to `step`, except those a
     manifest under `root`'s parent (the run root for index/ and embeddings/, checkpoints/ for
@@ -119,44 +129,6 @@ def published_steps(root: str | os.PathLike) -> list[tuple[int, Path]]:
     return sorted((int(entry.name), entry) for entry in root.iterdir() if entry.is_dir() and entry.name.isdigit())
 
 
-def read_manifest(step_dir: str | os.PathLike) -> dict:
-    """The manifest of a published step directory; `IntegrityError` naming it if it has none."""
-    path = Path(step_dir) / MANIFEST_FILE
-    if not path.is_file():
-        raise IntegrityError(f"{step_dir}: no {MANIFEST_FILE}; not a published step")
-    try:
-        return json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise IntegrityError(f"{path}: does not parse ({error})") from None
-
-
-def verify_step(step_dir: str | os.PathLike) -> dict:
-    """The manifest of `step_dir` once every file it lists is there with its size and sha256;
-    else `IntegrityError` naming the first file that is not and what is wrong with it."""
-    step_dir = Path(step_dir)
-    manifest = read_manifest(step_dir)
-    files = _listed_files(manifest)
-    # Sizes first: a stat per file finds a truncated or missing file before any hashing.
-    for name, listed in files.items():
-        path = step_dir / name
-        if not path.is_file():
-            raise IntegrityError(f"{path}: missing, {MANIFEST_FILE} lists it")
-        size = path.stat().st_size
-        if "size" in listed and size != listed["size"]:
-            raise IntegrityError(f"{path}: size {size}, {MANIFEST_FILE} says {listed['size']}")
-    for name, listed in files.items():
-        if file_sha256(step_dir / name) != listed["sha256"]:
-            raise IntegrityError(f"{step_dir / name}: sha256 does not match {MANIFEST_FILE} (corrupt)")
-    return manifest
-
-
-def _listed_files(manifest: dict) -> dict[str, dict]:
-    if "files" in manifest:
-        return manifest["files"]
-    # Indexes published before sizes were recorded list their files' sha256 alone.
-    return {name: {"sha256": digest} for name, digest in manifest.get("sha256", {}).items()}
-
-
 def latest_verified(root: str | os.PathLike, legacy_marker: str | None = None) -> Path | None:
     """The newest `<root>/<step>/` whose files match its manifest, or None. Each newer step
     that does not is skipped with a warning naming the file. A step without a manifest is
@@ -175,11 +147,3 @@ def latest_verified(root: str | os.PathLike, legacy_marker: str | None = None) -
             continue
         return path
     return None
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

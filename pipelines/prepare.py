@@ -34,7 +34,7 @@ from realm.pipelines.options import RealmOptions, require
 from realm.pipelines.progress import StageTaps
 from realm.pipelines.readers import read_corpus
 from realm.pipelines.salient import TagSalientSpans
-from realm.pipelines.staging import move_into_place, staged_output
+from realm.pipelines.staging import move_into_place, staged_output, write_manifests
 from realm.pipelines.trivial import FilterTrivialRetrievals
 from realm.schemas import BLOCKS, DEAD_LETTER, DOCUMENTS, ICT_EXAMPLES, PRETRAIN_EXAMPLES
 
@@ -103,6 +103,7 @@ def run(argv: list[str] | None = None) -> dict[str, dict[str, int]]:
             lambda pipeline, taps: build_prepare_pipeline(pipeline, options, staging, taps), argv, NAME, STAGES
         )
         write_summary(staging, NAME, counts)
+        write_manifests(staging, list(OUTPUT_SCHEMAS))
         move_into_place(staging, options.output, list(OUTPUT_SCHEMAS), [summary_file(NAME)])
     print_summary(options.output, NAME, counts, STAGES)
     return counts

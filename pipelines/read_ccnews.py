@@ -4,7 +4,8 @@
 (`title`, `maintext`, `date_publish`, `url`) or the Hugging Face `cc_news` one (`title`, `text`,
 `date`, `url`). `ReadWarc` takes `*.warc` / `*.warc.gz` files, keeps the HTML responses and
 extracts each page's main text with trafilatura (offline: it is handed the HTML, never a URL
-to fetch). Documents of both are keyed by a hash of their URL, so one article gets the same
+to fetch). A page whose text is only navigation (menus, link lists, a section's headlines:
+trafilatura's fallback keeps those when it finds no article) is dropped with its reason. Documents of both are keyed by a hash of their URL, so one article gets the same
 native id whichever way it was read. A WARC that is truncated or damaged keeps the records
 read before the damage and adds one `read_corrupt_warc` dead letter.
 """
@@ -48,10 +49,30 @@ _META_CHARSET = re.compile(_CHARSET.encode("ascii"), re.IGNORECASE)
 # start is ArchiveLoadFailed, a header block cut short an AttributeError. Damage inside a
 # gzip member ends the iteration quietly instead, which the end-offset check catches.
 _DAMAGED_WARC_ERRORS = (ArchiveLoadFailed, StatusAndHeadersParserException, AttributeError)
+# Prose has a paragraph with a sentence of at least this many words; menu items, link lists
+# and headlines have none (they are short, or end without a full stop).
+MIN_SENTENCE_WORDS = 6
+_SENTENCE_END = re.compile(r"""[.!?…]["'”’)\]]*(?:\s|$)""")
 
 
 class NoMainTextError(ValueError):
-    """trafilatura found no main text in a page (navigation only, an empty shell, ...)."""
+    """trafilatura found no main text in a page (an empty shell, a script-rendered app)."""
+
+    reason = "read_no_main_text"
+
+
+class NavigationOnlyError(ValueError):
+    """The text of a page is only navigation: no paragraph holds a sentence."""
+
+    reason = "read_navigation_only"
+
+
+def is_navigation_only(text: str) -> bool:
+    """Whether no paragraph of `text` has `MIN_SENTENCE_WORDS` words and ends a sentence."""
+    return not any(
+        len(paragraph.split()) >= MIN_SENTENCE_WORDS and _SENTENCE_END.search(paragraph)
+        for paragraph in text.splitlines()
+    )
 
 
 def url_doc_id(source: str, url: str) -> str:
@@ -95,7 +116,7 @@ def decode_html(body: bytes, content_type: str | None) -> str:
 
 
 def html_to_document(url: str, html: str, crawl_date: str | None) -> dict:
-    """The main text of a news page as a document; raises NoMainTextError."""
+    """The main text of a news page as a document; raises NoMainTextError or NavigationOnlyError."""
     extracted = trafilatura.bare_extraction(
         html, url=url, include_comments=False, include_tables=False, with_metadata=True
     )
@@ -103,6 +124,8 @@ def html_to_document(url: str, html: str, crawl_date: str | None) -> dict:
     text = plain_paragraphs(extracted.text or "", title) if extracted else ""
     if not text:
         raise NoMainTextError("trafilatura extracted no main text")
+    if is_navigation_only(text):
+        raise NavigationOnlyError(f"no paragraph of {MIN_SENTENCE_WORDS}+ words ends a sentence: {text[:80]!r}")
     return {
         "doc_id": url_doc_id(WARC_SOURCE, url),
         "source": WARC_SOURCE,
@@ -190,13 +213,13 @@ class ReadWarcResponsesFn(beam.DoFn):
 
 
 class ExtractMainTextFn(beam.DoFn):
-    """HtmlPage -> document, or a `read_no_main_text` dead letter."""
+    """HtmlPage -> document, or a `read_no_main_text` / `read_navigation_only` dead letter."""
 
     def process(self, page: HtmlPage):
         try:
             yield html_to_document(page.url, page.html, page.crawl_date)
-        except NoMainTextError as error:
-            yield reject(STAGE, page.record_key, "read_no_main_text", f"{page.url}: {error}", page.html)
+        except (NoMainTextError, NavigationOnlyError) as error:
+            yield reject(STAGE, page.record_key, error.reason, f"{page.url}: {error}", page.html)
 
 
 class ReadCcNewsJsonl(beam.PTransform):

@@ -2,8 +2,10 @@
 
 A pipeline writes into `<output>/.staging-<name>-<pid>/`; when it has finished, each staged
 artifact directory replaces the run's (the old one deleted whole, with anything Beam left in
-it) and each staged file replaces the run's file. A pipeline that fails before that leaves the
-run exactly as it was, and the staging directory is removed either way. Everything goes
+it) and each staged file replaces the run's file. Each staged artifact gets a manifest of its
+files' sizes and sha256 first (`realm.schemas.manifest`), which readers check. A pipeline
+that fails before that leaves the run exactly as it was, and the staging directory is
+removed either way. Everything goes
 through Beam's `FileSystems`, so a `gs://` run root works as a local one does.
 
 Inputs inside the run are safe: the pipeline has read them to the end before anything is
@@ -14,10 +16,13 @@ replaced, so `prepare --corpus documents --input RUN/documents/*.parquet --outpu
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
 
 from apache_beam.io.filesystems import FileSystems
+
+from realm.schemas.manifest import MANIFEST_FILE, stream_sha256
 
 STAGING_PREFIX = ".staging-"
 
@@ -33,11 +38,22 @@ def staged_output(output: str, name: str) -> Iterator[str]:
         _remove_tree(staging)
 
 
+def write_manifests(staging: str, artifacts: list[str]) -> None:
+    """`<staging>/<artifact>/manifest.json` for each of `artifacts`: every file's size and sha256."""
+    for artifact in artifacts:
+        files = {}
+        for match in sorted(_files(FileSystems.join(staging, artifact)), key=lambda m: m.path):
+            with FileSystems.open(match.path, compression_type="uncompressed") as handle:
+                files[FileSystems.split(match.path)[1]] = {"size": match.size_in_bytes, "sha256": stream_sha256(handle)}
+        with FileSystems.create(FileSystems.join(staging, artifact, MANIFEST_FILE)) as handle:
+            handle.write(json.dumps({"files": files}, indent=2).encode("utf-8"))
+
+
 def move_into_place(staging: str, output: str, artifacts: list[str], files: list[str]) -> None:
     """Replace `<output>/<artifact>/` by the staged directory's files, for each of `artifacts`,
     and `<output>/<file>` by the staged file, for each of `files` (paths relative to the run)."""
     for artifact in artifacts:
-        staged = [m.path for m in FileSystems.match([FileSystems.join(staging, artifact, "*")])[0].metadata_list]
+        staged = [m.path for m in _files(FileSystems.join(staging, artifact))]
         target = FileSystems.join(output, artifact)
         _remove_tree(target)
         _make_dirs(target)
@@ -46,6 +62,10 @@ def move_into_place(staging: str, output: str, artifacts: list[str], files: list
         target = FileSystems.join(output, file)
         _make_dirs(FileSystems.split(target)[0])
         FileSystems.rename([FileSystems.join(staging, file)], [target])
+
+
+def _files(directory: str) -> list:
+    return FileSystems.match([FileSystems.join(directory, "*")])[0].metadata_list
 
 
 def _remove_tree(path: str) -> None:

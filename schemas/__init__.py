@@ -9,7 +9,14 @@ from realm.schemas.dead_letter import DEAD_LETTER, MAX_RAW_CHARS, dead_letter_re
 from realm.schemas.documents import DOCUMENTS
 from realm.schemas.embeddings import EMBEDDING_DIM, EMBEDDINGS
 from realm.schemas.examples import ICT_EXAMPLES, PRETRAIN_EXAMPLES, SPAN
-from realm.schemas.io import SchemaMismatchError, read_table, validate_table, write_table
+from realm.schemas.io import (
+    ArtifactError,
+    SchemaMismatchError,
+    UnreadableArtifactError,
+    read_table,
+    validate_table,
+    write_table,
+)
 from realm.schemas.predictions import PREDICTIONS
 from realm.schemas.reproduction import REPRODUCTION_RESULTS
 
@@ -27,6 +34,7 @@ ARTIFACTS = {
 
 __all__ = [
     "ARTIFACTS",
+    "ArtifactError",
     "BLOCKS",
     "DEAD_LETTER",
     "DOCUMENTS",
@@ -39,6 +47,7 @@ __all__ = [
     "REPRODUCTION_RESULTS",
     "SPAN",
     "SchemaMismatchError",
+    "UnreadableArtifactError",
     "dead_letter_record",
     "read_table",
     "validate_table",

@@ -8,7 +8,9 @@ salient-span, ICT and trivial-retrieval stages reuse the chunker's sentence spli
 
 import pyarrow as pa
 
-BLOCKS = pa.schema(
+from realm.schemas.io import ordered_by
+
+BLOCKS = ordered_by(pa.schema(
     [
         pa.field("block_id", pa.int64(), nullable=False),  # stable hash of title + body
         pa.field("doc_id", pa.string(), nullable=False),
@@ -20,4 +22,4 @@ BLOCKS = pa.schema(
         pa.field("body_token_ids", pa.list_(pa.int32()), nullable=False),
         pa.field("num_tokens", pa.int32(), nullable=False),
     ]
-)
+), "block_id")

@@ -2,7 +2,9 @@
 
 import pyarrow as pa
 
-DOCUMENTS = pa.schema(
+from realm.schemas.io import ordered_by
+
+DOCUMENTS = ordered_by(pa.schema(
     [
         pa.field("doc_id", pa.string(), nullable=False),  # unique within a corpus: "<source>:<native id>"
         pa.field("source", pa.string(), nullable=False),  # vital | wikipedia | wikiextractor | ccnews | warc | documents
@@ -11,4 +13,4 @@ DOCUMENTS = pa.schema(
         pa.field("url", pa.string()),
         pa.field("date", pa.string()),  # ISO-8601 when the source has one
     ]
-)
+), "doc_id")

@@ -10,6 +10,8 @@ included: retrieving any of them would let the model copy instead of reason.
 
 import pyarrow as pa
 
+from realm.schemas.io import ordered_by
+
 SPAN = pa.struct(
     [
         pa.field("start", pa.int32(), nullable=False),
@@ -21,7 +23,7 @@ SPAN = pa.struct(
     ]
 )
 
-PRETRAIN_EXAMPLES = pa.schema(
+PRETRAIN_EXAMPLES = ordered_by(pa.schema(
     [
         pa.field("example_id", pa.int64(), nullable=False),
         pa.field("origin_block_id", pa.int64(), nullable=False),
@@ -31,9 +33,9 @@ PRETRAIN_EXAMPLES = pa.schema(
         pa.field("spans", pa.list_(SPAN), nullable=False),
         pa.field("masked_token_positions", pa.list_(pa.int32()), nullable=False),
     ]
-)
+), "example_id")
 
-ICT_EXAMPLES = pa.schema(
+ICT_EXAMPLES = ordered_by(pa.schema(
     [
         pa.field("example_id", pa.int64(), nullable=False),
         pa.field("query_text", pa.string(), nullable=False),
@@ -45,4 +47,4 @@ ICT_EXAMPLES = pa.schema(
         pa.field("context_body_token_ids", pa.list_(pa.int32()), nullable=False),
         pa.field("query_kept_in_context", pa.bool_(), nullable=False),
     ]
-)
+), "example_id")

@@ -3,19 +3,52 @@
 An artifact is a directory of Parquet files (Beam writes shards; `write_table` writes one
 file). `read_table` reads all of them and fails with the path and the offending column when
 a file does not match the contract, rather than letting a wrong dtype surface deep in training.
+Which rows land in which shard, and in what order, is up to Beam's workers and differs from
+run to run; an artifact whose schema names a row order (`ordered_by`) is read back sorted by
+that stable id, so the same rows always give the same examples, batches and losses.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from realm.schemas.manifest import MANIFEST_FILE, verify_step
 
-class SchemaMismatchError(ValueError):
+
+# Beam's shard names: <prefix>-<index>-of-<count>.parquet, both numbers 5 digits or more.
+_SHARD_NAME = re.compile(r"(?P<prefix>.+)-(?P<index>\d{5,})-of-(?P<count>\d{5,})\.parquet")
+# Schema metadata: the column whose order is the artifact's canonical row order.
+ROW_ORDER = b"realm.row_order"
+
+
+class ArtifactError(ValueError):
+    """A file of an artifact that cannot be used as it is; the message names the file."""
+
+
+class SchemaMismatchError(ArtifactError):
     """A Parquet file does not hold the columns or types its artifact's schema requires."""
+
+
+class UnreadableArtifactError(ArtifactError):
+    """A file of an artifact is not readable Parquet: truncated, overwritten, not Parquet at all."""
+
+
+def ordered_by(schema: pa.Schema, column: str) -> pa.Schema:
+    """`schema`, declaring `column` (a stable id) the order its rows are read back in."""
+    if column not in schema.names:
+        raise ValueError(f"row order {column!r} is not a column of the schema")
+    return schema.with_metadata({ROW_ORDER: column.encode()})
+
+
+def row_order(schema: pa.Schema) -> str | None:
+    """The column an artifact's rows are read back sorted by, or None (file order)."""
+    return (schema.metadata or {}).get(ROW_ORDER, b"").decode() or None
 
 
 def validate_table(table: pa.Table, schema: pa.Schema, path: str) -> pa.Table:
@@ -63,11 +96,14 @@ def _is_list(t: pa.DataType) -> bool:
 
 
 def parquet_files(path: str) -> list[str]:
-    """The Parquet files of an artifact: `path` itself, or every *.parquet under the directory."""
+    """The Parquet files of an artifact: `path` itself, or every *.parquet under the directory,
+    which must match its manifest when it has one (`realm prepare` writes one)."""
     if os.path.isfile(path):
         return [path]
     if not os.path.isdir(path):
         raise FileNotFoundError(f"{path}: no such artifact (file or directory)")
+    if os.path.isfile(os.path.join(path, MANIFEST_FILE)):
+        verify_step(path)
     files = sorted(
         os.path.join(root, name)
         for root, _, names in os.walk(path)
@@ -76,16 +112,63 @@ def parquet_files(path: str) -> list[str]:
     )
     if not files:
         raise FileNotFoundError(f"{path}: directory holds no .parquet files")
+    check_shards_complete(files)
     return files
 
 
+def check_shards_complete(files: list[str]) -> None:
+    """`ArtifactError` naming the first missing shard when Beam's `<prefix>-NNNNN-of-MMMMM`
+    names show a set of shards incomplete: a lost shard would otherwise read as a smaller
+    artifact, without a word."""
+    present: dict[tuple[str, int], set[int]] = {}
+    for file in files:
+        if match := _SHARD_NAME.fullmatch(os.path.basename(file)):
+            key = (os.path.join(os.path.dirname(file), match["prefix"]), int(match["count"]))
+            present.setdefault(key, set()).add(int(match["index"]))
+    for (prefix, count), indexes in sorted(present.items()):
+        if missing := sorted(set(range(count)) - indexes):
+            raise ArtifactError(
+                f"{prefix}-{missing[0]:05d}-of-{count:05d}.parquet: missing ({len(indexes)} of {count} shards there)"
+            )
+
+
+@contextmanager
+def naming_damage(file: str) -> Iterator[None]:
+    """Turn pyarrow's errors on a damaged file (which name no file) into `UnreadableArtifactError`
+    naming `file`; a missing file stays FileNotFoundError."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError) as error:
+        raise UnreadableArtifactError(f"{file}: not readable as Parquet ({error})") from None
+
+
+def open_parquet(file: str) -> pq.ParquetFile:
+    with naming_damage(file):
+        return pq.ParquetFile(file)
+
+
+def read_validated(file: str, schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
+    """`columns` of one Parquet file (default: all of `schema`'s), validated against `schema`;
+    only those columns are read."""
+    wanted = pa.schema([schema.field(name) for name in columns]) if columns else schema
+    parquet = open_parquet(file)
+    present = set(parquet.schema_arrow.names)
+    with naming_damage(file):
+        table = parquet.read(columns=[name for name in wanted.names if name in present])
+    return validate_table(table, wanted, file)  # names the first missing column
+
+
 def read_table(path: str, schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
-    """Read an artifact (file or directory of shards), validated against `schema`."""
-    tables = []
-    for file in parquet_files(path):
-        table = pq.read_table(file)
-        tables.append(validate_table(table, schema, file))
+    """Read an artifact (file or directory of shards), validated against `schema`, its rows
+    sorted by the schema's row order when it names one."""
+    order = row_order(schema)
+    read = list(dict.fromkeys([*columns, *([order] if order else [])])) if columns else None
+    tables = [read_validated(file, schema, read) for file in parquet_files(path)]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    if order:
+        table = table.sort_by(order)
     return table.select(columns) if columns else table
 
 

@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from realm.schemas.io import ArtifactError
+
 RUN_FILE = "run.json"
 CORPORA_DIR = "corpora"
 # A corpus name becomes a directory name: letters, digits, '.', '_' and '-', not starting with '.'.
@@ -108,4 +110,11 @@ class RunLayout:
 
     def model_preset(self) -> str | None:
         path = self.root / RUN_FILE
-        return json.loads(path.read_text())["model_preset"] if path.exists() else None
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text())["model_preset"]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
+            raise ArtifactError(
+                f"{path}: not a run record ({type(error).__name__}: {error}); it holds {{\"model_preset\": NAME}}"
+            ) from None

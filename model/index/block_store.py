@@ -4,6 +4,11 @@ Holds the `title_token_ids`/`body_token_ids` columns of `blocks/` as flat numpy 
 offsets (Arrow's list layout), so a 13M-block corpus costs its token ids and not a Python
 object per block; ids resolve to rows through a sorted copy of the ids. Loaded `with_text`,
 it also keeps the `title` and `text` strings (as Arrow arrays) to show retrieved evidence.
+
+Blocks are read in block_id order, whatever shards Beam's workers put them in: the corpus
+is embedded in windows of length-sorted batches, and a block's vector depends (in its last
+bits) on the padding of the batch it lands in, so a run-dependent order would give
+run-dependent vectors, retrievals and losses.
 """
 
 from __future__ import annotations
@@ -12,25 +17,47 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 
 from realm.schemas import BLOCKS, validate_table
-from realm.schemas.io import parquet_files
+from realm.schemas.io import naming_damage, open_parquet, parquet_files, read_validated
 
 # What the doc tower, the encoder and the reader need of a block.
 BLOCK_COLUMNS = ["block_id", "title_token_ids", "body_token_ids"]
 # What showing a block as evidence needs besides.
 BLOCK_TEXT_COLUMNS = ["title", "text"]
+# Blocks held at once while putting a corpus in block_id order; a larger corpus is read in
+# several passes, one per range of ids (a pass holds ~1 GB of wordpieces at 288 a block).
+ORDER_PASS_BLOCKS = 1 << 20
 
 
 def iter_block_batches(
     blocks_path: str, batch_rows: int = 4096, columns: Sequence[str] = BLOCK_COLUMNS
 ) -> Iterator[pa.RecordBatch]:
-    """`columns` of a `blocks/` artifact (only those are read), validated, as record batches."""
+    """`columns` of a `blocks/` artifact (only those, and block_id, are read), validated, as
+    record batches in block_id order (see the module docstring)."""
+    files = parquet_files(blocks_path)
+    read = list(dict.fromkeys(["block_id", *columns]))
+    ids = np.sort(np.concatenate([read_validated(file, BLOCKS, ["block_id"])["block_id"].to_numpy() for file in files]))
+    lows = ids[::ORDER_PASS_BLOCKS]  # [passes]: the smallest id of each pass
+    for low, high in zip(lows, [*lows[1:], None]):
+        passed = pa.concat_tables(_blocks_between(files, read, low, high))
+        yield from passed.sort_by("block_id").select(list(columns)).to_batches(max_chunksize=batch_rows)
+
+
+def _blocks_between(files: list[str], columns: list[str], low: int, high: int | None) -> Iterator[pa.Table]:
+    """`columns` of the blocks with low <= block_id < high (no upper bound when None), a
+    record batch at a time so a pass holds only the blocks in its range."""
     schema = pa.schema([BLOCKS.field(name) for name in columns])
-    for file in parquet_files(blocks_path):
-        for batch in pq.ParquetFile(file).iter_batches(batch_size=batch_rows, columns=list(columns)):
-            yield from validate_table(pa.Table.from_batches([batch]), schema, file).to_batches()
+    for file in files:
+        with naming_damage(file):  # damage may surface at any batch
+            for batch in open_parquet(file).iter_batches(columns=columns):
+                table = validate_table(pa.Table.from_batches([batch]), schema, file)
+                ids = table["block_id"]
+                in_range = pc.greater_equal(ids, low)
+                if high is not None:
+                    in_range = pc.and_(in_range, pc.less(ids, high))
+                yield table.filter(in_range)
 
 
 def count_blocks(blocks_path: str) -> int:

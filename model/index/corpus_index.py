@@ -7,7 +7,8 @@ Each `index_corpus` call publishes a new version `<index_root>/<v>/` (and its
 content changed is a new id: only ids the previous version did not hold are embedded, the
 vectors of unchanged blocks are carried over, and ids that left the corpus are dropped. The
 previous vectors are reused only when they were embedded by the same doc tower (its weights'
-sha256) at the same block length; otherwise every block is embedded again.
+sha256) at the same block length, and only when their files match their manifest; otherwise
+every block is embedded again.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from realm.model.index.rebuild import fit_block_batch, publish_embeddings_and_in
 from realm.model.networks.config import ModelConfig
 from realm.model.networks.device import select_device
 from realm.model.networks.retriever import Embedder
-from realm.model.publish import MANIFEST_FILE, staging_dir
+from realm.model.publish import IntegrityError, staging_dir, verify_step
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,9 @@ def _reusable(
         log.info("%s was embedded by another doc tower or block length: every block is embedded again", previous)
         return nothing
     embeddings = Path(embeddings_root) / previous.name
-    if not (embeddings / MANIFEST_FILE).is_file():
-        log.warning("%s is gone: every block is embedded again", embeddings)
+    try:
+        verify_step(embeddings)  # damaged vectors reused would be wrong answers, silently
+    except IntegrityError as problem:
+        log.warning("%s: every block is embedded again", problem)
         return nothing
     return load_embeddings(str(embeddings))

@@ -29,6 +29,7 @@ from realm.model.qa.question_retrieval import QuestionRetriever, load_question_r
 from realm.model.qa.trained_run import TrainedRun
 from realm.model.networks.reader import Reader, SpanTable, body_offsets, joint_span_logits, reader_inputs, span_at
 from realm.model.tokenization import MAX_QUESTION_WORDPIECES, WordPieceTokenizer
+from realm.schemas import ArtifactError
 
 
 @dataclass
@@ -134,6 +135,18 @@ def question_wordpieces(
     return [ids[: max_wordpieces - 2] for ids in tokenizer.encode_batch(list(questions))]
 
 
+def check_index_covered(index_block_ids: np.ndarray, blocks: BlockStore, index_path: str, blocks_path: str) -> None:
+    """`ArtifactError` naming both when the index returns blocks the corpus does not hold (a
+    shard of blocks/ lost, or an index built over another corpus): answering would otherwise
+    fail at the first such block retrieved, or show evidence it cannot read."""
+    missing = index_block_ids[~np.isin(index_block_ids, blocks.block_ids)]
+    if len(missing):
+        raise ArtifactError(
+            f"{index_path}: {len(missing)} of its {len(index_block_ids)} blocks (block {missing[0]} first) are not in "
+            f"{blocks_path}; it indexes another corpus, or blocks were lost"
+        )
+
+
 class Answerer:
     """Retriever + reader; see the module docstring."""
 
@@ -177,14 +190,9 @@ class Answerer:
             retriever = load_question_retriever(index_path, components.get("query_embedder"), model_config, device)
         except ValueError as error:  # a dense index and a checkpoint without a query tower
             raise ValueError(f"{checkpoint_dir}: {error}") from None
-        return cls(
-            retriever,
-            components["reader"],
-            BlockStore.from_parquet(blocks_path, with_text=True),
-            model_config.tokenizer(),
-            model_config,
-            device,
-        )
+        blocks = BlockStore.from_parquet(blocks_path, with_text=True)
+        check_index_covered(retriever.index.block_ids, blocks, index_path, blocks_path)
+        return cls(retriever, components["reader"], blocks, model_config.tokenizer(), model_config, device)
 
     @classmethod
     def from_run(cls, root: str | Path, device: torch.device | None = None, corpus: str | None = None) -> Answerer:

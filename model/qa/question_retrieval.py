@@ -44,6 +44,7 @@ class Retrieved:
 
 class QuestionRetriever(Protocol):
     device: torch.device  # where `retrieve` puts its logits
+    index: MipsIndex | Bm25Index  # its `block_ids` are every block it can return
 
     def retrieve(self, questions: Sequence[str], question_ids: Sequence[Sequence[int]], k: int) -> Retrieved:
         """Top-k blocks of each question (`question_ids`: its wordpieces, cut to fit)."""

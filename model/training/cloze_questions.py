@@ -39,8 +39,8 @@ def cloze_questions(
     to the cut)."""
     table = read_table(
         pretrain_examples, PRETRAIN_EXAMPLES,
-        columns=["example_id", "forbidden_block_ids", "text", "token_ids", "spans", "masked_token_positions"],
-    ).sort_by("example_id")
+        columns=["forbidden_block_ids", "text", "token_ids", "spans", "masked_token_positions"],
+    )
     rows = table.to_pylist()
     order = np.random.default_rng(seed).permutation(len(rows))
     questions = []

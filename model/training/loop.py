@@ -1,9 +1,10 @@
 """Training-loop plumbing shared by the ICT, pre-training and fine-tuning trainers (plain PyTorch).
 
 AdamW with BERT's no-decay rule and a linear warmup/decay schedule; the `ProgressFn` the
-trainers hand `realm.model.progress.Progress`'s dict to (the Prefect flows log it); a seeded held-out split
-and a batch order that is a pure function of (seed, step), so a resumed run reads exactly the
-batches an uninterrupted one would; and the resume handshake around `realm.model.networks.checkpoint`.
+trainers hand `realm.model.progress.Progress`'s dict to (the Prefect flows log it); a held-out
+split by a hash of the example ids and a batch order that is a pure function of (seed, step), so a
+resumed run reads exactly the batches an uninterrupted one would; and the resume handshake around
+`realm.model.networks.checkpoint`.
 
 Resume order (see `realm.model.networks.checkpoint`): components first, then the optimizer and
 scheduler built over them exactly as in a fresh run, then their state and the RNG streams:
@@ -133,14 +134,26 @@ def build_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def heldout_split(num_examples: int, heldout_examples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train rows, held-out rows): the last `heldout_examples` of a permutation seeded by
-    `seed` are held out, never trained on. At least one example is always left to train on."""
-    if num_examples < 2:
-        raise ValueError(f"need at least 2 examples to hold some out, got {num_examples}")
-    heldout = min(heldout_examples, num_examples - 1)
-    order = np.random.default_rng(seed).permutation(num_examples)
-    return order[: num_examples - heldout], order[num_examples - heldout :]
+def heldout_split(example_ids: Sequence[int], heldout_examples: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, held-out rows), each in row order: the `heldout_examples` examples whose
+    ids hash lowest are held out, never trained on. Which side an example is on follows from
+    its id, not its row, so a re-prepare (whose shards order the rows anew) holds out the same
+    examples, and one that adds examples holds out none that were trained on before. At least
+    one example is always left to train on."""
+    count = len(example_ids)
+    if count < 2:
+        raise ValueError(f"need at least 2 examples to hold some out, got {count}")
+    heldout = min(heldout_examples, count - 1)
+    ranked = np.argsort(id_hashes(example_ids), kind="stable")
+    return np.sort(ranked[heldout:]), np.sort(ranked[:heldout])
+
+
+def id_hashes(ids: Sequence[int]) -> np.ndarray:
+    """splitmix64 of each int64 id: fixed, well mixed even for ids 0, 1, 2, ... ([n] uint64)."""
+    z = np.asarray(ids, dtype=np.int64).view(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)  # wraps mod 2**64, as intended
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 def batch_rows(train_rows: np.ndarray, batch_size: int, seed: int, step: int) -> np.ndarray:

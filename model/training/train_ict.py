@@ -3,7 +3,7 @@
 A sentence of a block is the query, the block (that sentence removed 90% of the time, done
 by the Beam ICT pipeline) is its context; each query must pick its own context among the
 batch's contexts: scores = q @ dᵀ [batch, batch], cross-entropy to the diagonal, gradients
-into both towers. The last `heldout_examples` of a seeded permutation are never trained on;
+into both towers. The `heldout_examples` whose ids hash lowest are never trained on;
 `heldout_accuracy` is top-1 of a held-out query's own context among groups of
 `HELDOUT_GROUP_SIZE` held-out contexts. Fresh towers are the model preset's, or (`tower_layers`,
 `tower_pooling`, `projection_init`) a sentence-encoder start: all of MiniLM's layers,
@@ -163,7 +163,7 @@ def train_ict(
     device = device or select_device()
     tokenizer = model_config.tokenizer()
     examples = read_table(ict_examples_path, ICT_EXAMPLES, columns=ICT_COLUMNS).to_pylist()
-    train_rows, heldout_rows = heldout_split(len(examples), config.heldout_examples, seed)
+    train_rows, heldout_rows = heldout_split([example["example_id"] for example in examples], config.heldout_examples)
 
     seed_everything(seed)
     resume = latest_resume_point(checkpoint_root, device)

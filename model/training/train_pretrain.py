@@ -126,7 +126,7 @@ class PretrainTrainer:
             pa.Table.from_batches(list(fitted_block_batches(blocks_path, config.max_block_wordpieces)))
         )
         self.examples = read_table(examples_path, PRETRAIN_EXAMPLES, columns=EXAMPLE_COLUMNS).to_pylist()
-        self.train_rows, self.heldout_rows = heldout_split(len(self.examples), config.heldout_examples, seed)
+        self.train_rows, self.heldout_rows = heldout_split([e["example_id"] for e in self.examples], config.heldout_examples)
 
         seed_everything(seed)
         resume = latest_resume_point(checkpoint_root, self.device)

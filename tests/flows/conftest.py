@@ -1,11 +1,15 @@
-"""One Prefect test server and one tiny prepared corpus for the flows tests."""
+"""One Prefect test server, one tiny prepared corpus and one tiny trained run for the flows tests."""
 
 import shutil
+from pathlib import Path
 
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
+from realm.cli.main import main
+from realm.flows.realm_pipeline import realm_pipeline
 from realm.pipelines import prepare
+from tests.flows.tiny_run import tiny_params
 
 
 # Package scope: the server's background services draw on the global `random` stream, so it
@@ -31,3 +35,16 @@ def run_root(prepared_corpus, tmp_path):
     root = tmp_path / "run"
     shutil.copytree(prepared_corpus, root)
     return root
+
+
+@pytest.fixture(scope="package")
+def trained_tiny_run(prefect_server, prepared_corpus, tmp_path_factory) -> tuple[Path, Path]:
+    """(where the run is kept, where it was built): the whole chain on the prepared corpus
+    (`tiny_params`), evaluated, and the run's own blocks indexed again as corpus "again"
+    (`realm index`), so it holds every kind of file a run holds. Tests copy it back to where
+    it was built (checkpoints record their index by absolute path) and change the copy."""
+    built = tmp_path_factory.mktemp("built") / "run"
+    shutil.copytree(prepared_corpus, built)
+    realm_pipeline(tiny_params(built))
+    assert main(["index", "--run", str(built), "--corpus", str(built), "--name", "again"]) == 0
+    return Path(shutil.move(built, tmp_path_factory.mktemp("kept") / "run")), built

@@ -1,6 +1,7 @@
 import pytest
 
 from realm.flows.comparison import compare_runs, comparison_markdown
+from realm.model.publish import IntegrityError, record_files
 from realm.model.qa.paired_stats import mcnemar_exact_p_value
 from realm.schemas import PREDICTIONS, write_table
 
@@ -40,3 +41,18 @@ def test_runs_that_answered_other_questions_are_refused(tmp_path):
         compare_runs([baseline, other])
     with pytest.raises(FileNotFoundError, match="no predictions"):
         compare_runs([baseline, str(tmp_path / "c")])
+
+
+def test_predictions_that_changed_since_evaluate_recorded_them_are_named(tmp_path):
+    predictions = tmp_path / "a" / "predictions"
+    run = _evaluated(tmp_path / "a", "nq", [(True, 0), (False, None)])
+    _evaluated(tmp_path / "a", "wq", [(True, 0)])
+    record_files(predictions, ["nq.parquet", "wq.parquet"])  # as `realm evaluate` does
+    assert [row["n"] for row in compare_runs([run])] == [2, 1]
+    _evaluated(tmp_path / "a", "nq", [(True, 0), (True, 0)])  # rewritten behind evaluate's back
+    with pytest.raises(IntegrityError, match=f"^{predictions / 'nq.parquet'}: size \\d+, manifest.json says \\d+$"):
+        compare_runs([run])
+    record_files(predictions, ["nq.parquet"])
+    (predictions / "wq.parquet").unlink()
+    with pytest.raises(IntegrityError, match=f"^{predictions / 'wq.parquet'}: missing, manifest.json lists it$"):
+        compare_runs([run])

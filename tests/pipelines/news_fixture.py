@@ -26,6 +26,14 @@ CAFE_PARAGRAPH = (
 )
 CAFE_HTML = f"""<html><head><meta charset="windows-1252"><title>Caf\xe9 reopens</title></head>
 <body><article><h1>Caf\xe9 reopens</h1><p>{CAFE_PARAGRAPH}</p></article></body></html>"""
+# A section front: menus and headlines, no article (trafilatura's fallback returns their text).
+SECTION_URL = "https://news.example.com/world"
+SECTION_HTML = """<html><head><title>World news</title></head><body>
+<nav><ul><li><a href="/">Home</a></li><li><a href="/world">World</a></li><li><a href="/sport">Sport</a></li></ul></nav>
+<div><h2><a href="/2019/03/bridge">Council approves river bridge after a decade of debate</a></h2>
+<h2><a href="/2019/03/cafe">Cafe on the main square reopens after renovation</a></h2>
+<ul><li><a href="/world/archive">More world news</a></li><li><a href="/archive">Archive</a></li></ul></div>
+<footer><a href="/contact">Contact us</a> | <a href="/privacy">Privacy policy</a></footer></body></html>"""
 # A script-rendered page: the crawler saw an empty shell.
 EMPTY_HTML = "<html><head><title>App</title></head><body><div id='app'></div><script>render()</script></body></html>"
 

@@ -10,8 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from realm.pipelines import prepare
-from realm.schemas import ARTIFACTS, read_table
-from tests.pipelines.news_fixture import BRIDGE_HTML, BRIDGE_URL, CAFE_HTML, CAFE_URL, warc_records
+from realm.pipelines.read_ccnews import url_doc_id
+from realm.schemas import ARTIFACTS, BLOCKS, read_table
+from realm.schemas.manifest import MANIFEST_FILE, IntegrityError
+from tests.pipelines.news_fixture import BRIDGE_HTML, BRIDGE_URL, CAFE_HTML, CAFE_URL, SECTION_HTML, SECTION_URL, warc_records
 from tests.pipelines.wikipedia_fixture import ARTICLES, dump_bytes, page
 
 WRITTEN = ["documents", "blocks", "pretrain_examples", "ict_examples", "dead_letter"]
@@ -107,22 +109,29 @@ def test_wikipedia_dump_with_broken_pages_lands_good_articles_and_dead_letters(t
 
 
 @pytest.mark.usefixtures("no_network")
-def test_warc_with_broken_bytes_and_a_truncated_record(tmp_path):
+def test_warc_with_broken_bytes_a_page_crawled_twice_a_section_front_and_a_truncated_record(tmp_path):
     records = warc_records(
         gzip=True,
         pages=[
             ("response", BRIDGE_URL, BRIDGE_HTML.encode("utf-8")),
             ("response", CAFE_URL, CAFE_HTML.encode("utf-8")),
             ("response", "https://news.example.com/bad-bytes", b"<html><body><p>caf\xe9 \xff\xfe</p></body></html>"),
+            ("response", SECTION_URL, SECTION_HTML.encode("utf-8")),
         ],
     )
-    (tmp_path / "crawl.warc.gz").write_bytes(b"".join(records[:2]) + records[2] + records[0][:50])
+    (tmp_path / "crawl.warc.gz").write_bytes(b"".join(records) + records[0] + records[0][:50])
     out = tmp_path / "run"
-    prepare.run(["--corpus", "warc", "--input", str(tmp_path / "*.warc.gz"), "--output", str(out), *IN_PROCESS])
+    counts = prepare.run(["--corpus", "warc", "--input", str(tmp_path / "*.warc.gz"), "--output", str(out), *IN_PROCESS])
     tables = read_artifacts(out)
-    assert sorted(tables["documents"]["url"].to_pylist()) == sorted([BRIDGE_URL, CAFE_URL])
+    assert tables["documents"]["url"].to_pylist() == sorted([BRIDGE_URL, CAFE_URL], key=lambda url: url_doc_id("warc", url))
     assert tables["blocks"].num_rows >= 2 and tables["pretrain_examples"].num_rows > 0
-    assert dead_reasons(tables) == [("read", "read_corrupt_warc"), ("read", "read_undecodable_bytes")]
+    assert dead_reasons(tables) == [
+        ("read", "read_corrupt_warc"),
+        ("read", "read_duplicate_doc_id"),
+        ("read", "read_navigation_only"),
+        ("read", "read_undecodable_bytes"),
+    ]
+    assert counts["read"]["read_duplicate_doc_id"] == 1 and counts["read"]["read_navigation_only"] == 1
     assert_consistent(tables)
 
 
@@ -167,3 +176,15 @@ def test_a_run_can_be_prepared_again_from_its_own_documents_and_blocks(run_copy)
     assert json.loads((run_copy / "summary" / "prepare.json").read_text()) == counts
     assert sorted(p.name for p in run_copy.iterdir()) == sorted(["summary", *WRITTEN])  # no staging dir left
     assert_consistent(tables)
+
+
+def test_each_prepared_artifact_carries_a_manifest_and_a_shard_altered_since_is_named(run_copy):
+    """Beam writes Parquet uncompressed: a flipped byte in a page still reads, as other text."""
+    assert all((run_copy / name / MANIFEST_FILE).is_file() for name in WRITTEN)
+    shard = sorted((run_copy / "blocks").glob("*.parquet"))[0]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match=f"^{shard}: sha256 does not match {MANIFEST_FILE}"):
+        read_table(str(run_copy / "blocks"), BLOCKS)
+

@@ -7,10 +7,12 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from realm.pipelines.read_ccnews import (
+    MIN_SENTENCE_WORDS,
     ReadCcNewsJsonl,
     ReadWarc,
     ccnews_record_to_document,
     decode_html,
+    is_navigation_only,
     url_doc_id,
 )
 from tests.pipelines.news_fixture import (
@@ -21,6 +23,8 @@ from tests.pipelines.news_fixture import (
     CAFE_PARAGRAPH,
     CAFE_URL,
     EMPTY_HTML,
+    SECTION_HTML,
+    SECTION_URL,
     warc_records,
 )
 
@@ -42,6 +46,21 @@ def test_html_is_decoded_with_the_header_charset_then_the_meta_charset_then_utf8
     assert decode_html(b'<meta charset="windows-1252">\x93q\x94', "text/html").endswith("\u201cq\u201d")
     with pytest.raises(UnicodeDecodeError):
         decode_html(b"<p>caf\xe9</p>", "text/html")
+
+
+@pytest.mark.parametrize(
+    ("text", "navigation"),
+    [
+        ("Home\nWorld\nSport\nContact us | Privacy policy", True),
+        ("Council approves river bridge after a decade of debate\nMore world news", True),  # headlines
+        ("Read more.\nSee all.", True),  # sentences, but shorter than MIN_SENTENCE_WORDS
+        ("Home\nThe council voted on Tuesday to approve the bridge.", False),
+        ('He said "the bridge opens in spring." The mayor agreed', False),
+    ],
+)
+def test_a_text_is_navigation_when_no_paragraph_holds_a_sentence(text, navigation):
+    assert MIN_SENTENCE_WORDS == 6
+    assert is_navigation_only(text) is navigation
 
 
 def test_both_public_jsonl_layouts_map_to_the_same_document_shape():
@@ -98,6 +117,7 @@ def test_warc_html_responses_become_documents_and_bad_or_damaged_records_dead_le
             ("response", CAFE_URL, CAFE_HTML.encode("windows-1252"), "text/html"),
             ("response", "https://news.example.com/bad-bytes", b"<html><body><p>caf\xe9 \xff\xfe</p></body></html>"),
             ("response", "https://news.example.com/app", EMPTY_HTML.encode()),
+            ("response", SECTION_URL, SECTION_HTML.encode()),
             ("response", "https://news.example.com/logo.png", b"\x89PNG", "image/png"),
             ("response", "https://news.example.com/gone", BRIDGE_HTML.encode(), "text/html", "404 Not Found"),
         ],
@@ -121,6 +141,7 @@ def test_warc_html_responses_become_documents_and_bad_or_damaged_records_dead_le
             [
                 ("read", "read_undecodable_bytes", f"{crawl_path}:{sum(map(len, crawl[:3]))}"),
                 ("read", "read_no_main_text", f"{crawl_path}:{sum(map(len, crawl[:4]))}"),
+                ("read", "read_navigation_only", f"{crawl_path}:{sum(map(len, crawl[:5]))}"),
                 ("read", "read_corrupt_warc", f"{tmp_path / 'cut.warc'}:{len(cut[0])}"),
                 ("read", "read_corrupt_warc", f"{tmp_path / 'cut-header.warc.gz'}:{len(cut_gz[0])}"),
             ]

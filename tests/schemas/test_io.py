@@ -2,7 +2,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from realm.schemas import DOCUMENTS, EMBEDDINGS, SchemaMismatchError, read_table, write_table
+from realm.schemas import (
+    DOCUMENTS,
+    EMBEDDINGS,
+    ArtifactError,
+    SchemaMismatchError,
+    UnreadableArtifactError,
+    read_table,
+    write_table,
+)
 
 DOCUMENT = {"doc_id": "vital:1", "source": "vital", "title": "Paris", "text": "Paris is a city.", "url": None, "date": None}
 
@@ -54,3 +62,33 @@ def test_an_empty_or_missing_artifact_is_a_clear_error(tmp_path):
         read_table(str(tmp_path / "empty"), DOCUMENTS)
     with pytest.raises(FileNotFoundError, match="no such artifact"):
         read_table(str(tmp_path / "absent"), DOCUMENTS)
+
+
+def test_an_artifact_with_a_row_order_reads_back_in_it_whatever_its_shards(tmp_path):
+    """Beam's workers decide which rows land in which shard; documents come back by doc_id."""
+    documents = [{**DOCUMENT, "doc_id": f"vital:{n}", "title": f"t{n}"} for n in (5, 1, 4, 2, 3)]
+    write_table(str(tmp_path / "documents" / "part-0.parquet"), documents[:2], DOCUMENTS)
+    write_table(str(tmp_path / "documents" / "part-1.parquet"), documents[2:], DOCUMENTS)
+    assert read_table(str(tmp_path / "documents"), DOCUMENTS)["doc_id"].to_pylist() == [f"vital:{n}" for n in range(1, 6)]
+    # Only the title is asked for; the order still follows doc_id.
+    assert read_table(str(tmp_path / "documents"), DOCUMENTS, columns=["title"]).to_pylist() == [
+        {"title": f"t{n}"} for n in range(1, 6)
+    ]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not parquet"])
+def test_a_damaged_file_is_named(tmp_path, damage):
+    path = tmp_path / "documents" / "part-0.parquet"
+    write_table(str(path), [DOCUMENT], DOCUMENTS)
+    path.write_bytes(path.read_bytes()[:-30] if damage == "truncated" else b"not parquet at all\n")
+    with pytest.raises(UnreadableArtifactError, match=f"^{path}: not readable as Parquet"):
+        read_table(str(tmp_path / "documents"), DOCUMENTS)
+
+
+def test_a_lost_shard_of_a_beam_artifact_is_named_rather_than_read_as_a_smaller_artifact(tmp_path):
+    for index in (0, 2):  # 1 of 3 is gone; the dead letters' other stage is complete
+        write_table(str(tmp_path / "documents" / f"prepare-{index:05d}-of-00003.parquet"), [DOCUMENT], DOCUMENTS)
+    write_table(str(tmp_path / "documents" / "chunk-00000-of-00001.parquet"), [DOCUMENT], DOCUMENTS)
+    missing = tmp_path / "documents" / "prepare-00001-of-00003.parquet"
+    with pytest.raises(ArtifactError, match=f"^{missing}: missing \\(2 of 3 shards there\\)$"):
+        read_table(str(tmp_path / "documents"), DOCUMENTS)

@@ -1,5 +1,6 @@
 import pytest
 
+from realm.schemas import ArtifactError
 from realm.schemas.run_layout import RunLayout
 
 
@@ -26,3 +27,11 @@ def test_a_dataset_name_cannot_write_outside_the_run(tmp_path):
     for name in ("../../x", "../blocks/part-0", "a/b"):
         with pytest.raises(ValueError, match="outside"):
             layout.predictions_file(name)
+
+
+@pytest.mark.parametrize("damaged", ['{"model_pre', b"\x9a\x00", '["tiny"]', "{}"])
+def test_a_damaged_run_record_is_named(tmp_path, damaged):
+    path = tmp_path / "run.json"
+    path.write_bytes(damaged if isinstance(damaged, bytes) else damaged.encode())
+    with pytest.raises(ArtifactError, match=f"^{path}: not a run record"):
+        RunLayout.at(tmp_path).model_preset()

@@ -93,3 +93,17 @@ def test_an_empty_corpus_is_refused_naming_it(tmp_path, blocks_table, tiny_confi
     empty = _write(tmp_path / "empty", blocks_table.slice(0, 0))
     with pytest.raises(ValueError, match=f"{empty}: the corpus holds no blocks"):
         index_corpus(empty, _tower(tmp_path, tiny_config, seed=3), 0, str(tmp_path / "e"), str(tmp_path / "i"), tiny_config, LENGTH)
+
+
+def test_damaged_vectors_of_the_previous_version_are_embedded_again_not_reused(tmp_path, blocks_table, tiny_config, caplog):
+    blocks, tower = _write(tmp_path / "v0", blocks_table), _tower(tmp_path, tiny_config, seed=3)
+    roots = str(tmp_path / "embeddings"), str(tmp_path / "index")
+    first = index_corpus(blocks, tower, 7, *roots, tiny_config, LENGTH)
+    part = tmp_path / "embeddings" / "0" / "part-00000.parquet"
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte in the vectors: the file still reads
+    part.write_bytes(bytes(data))
+    again = index_corpus(blocks, tower, 7, *roots, tiny_config, LENGTH)
+    assert (again.embedded, again.reused) == (8, 0)
+    assert f"{part}: sha256 does not match" in caplog.text
+    assert {k: v.tolist() for k, v in _vectors(again.path).items()} == {k: v.tolist() for k, v in _vectors(first.path).items()}

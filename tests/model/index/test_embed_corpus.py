@@ -43,9 +43,10 @@ def test_embeddings_validate_and_match_a_plain_forward(tiny_config, tokenizer, b
     assert table["checkpoint_step"].to_pylist() == [42] * len(blocks_table)
 
     block_ids, embeddings = load_embeddings(str(tmp_path / "embeddings"))
-    assert block_ids.tolist() == blocks_table["block_id"].to_pylist()  # input order kept
+    in_id_order = blocks_table.sort_by("block_id")  # how blocks and embeddings are read back
+    assert block_ids.tolist() == in_id_order["block_id"].to_pylist()
     assert embeddings.dtype == np.float32 and embeddings.shape == (len(blocks_table), 128)
-    np.testing.assert_allclose(embeddings, _plain_forward(doc_embedder, tokenizer, blocks_table), atol=2e-5)
+    np.testing.assert_allclose(embeddings, _plain_forward(doc_embedder, tokenizer, in_id_order), atol=2e-5)
     assert sorted(p.name for p in (tmp_path / "embeddings").iterdir()) == ["part-00000.parquet"]
 
 

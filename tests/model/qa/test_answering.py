@@ -16,6 +16,7 @@ from realm.model.qa.question_retrieval import DenseRetriever
 from realm.model.networks.reader import body_offsets, build_reader, reader_inputs, span_text
 from realm.model.networks.retriever import Embedder
 from realm.model.tokenization import join
+from realm.schemas import BLOCKS, ArtifactError, read_table, write_table
 from tests.model.corpus_fixture import CORPUS
 
 CPU = torch.device("cpu")
@@ -151,6 +152,10 @@ def test_from_checkpoint_answers_as_the_models_it_was_saved_from(answerer, model
     not_finetuned = save_checkpoint(tmp_path / "ict", 1, {"query_embedder": query_embedder})
     with pytest.raises(ValueError, match="no reader"):
         Answerer.from_checkpoint(str(not_finetuned), index_path, blocks_path, tiny_config, CPU)
+    other_corpus = tmp_path / "blocks"  # the index's corpus less one block
+    write_table(str(other_corpus / "part-0.parquet"), read_table(blocks_path, BLOCKS).slice(1), BLOCKS)
+    with pytest.raises(ArtifactError, match=f"^{index_path}: 1 of its 8 blocks .* are not in {other_corpus}"):
+        Answerer.from_checkpoint(str(checkpoint), index_path, str(other_corpus), tiny_config, CPU)
     reader_only = save_checkpoint(tmp_path / "bm25-reader", 1, {"reader": reader})
     with pytest.raises(ValueError, match="no query_embedder to retrieve from the dense index"):
         Answerer.from_checkpoint(str(reader_only), index_path, blocks_path, tiny_config, CPU)

@@ -1,3 +1,4 @@
+import shutil
 from pathlib import Path
 
 import pytest
@@ -6,6 +7,7 @@ from realm.model.networks.checkpoint import save_checkpoint
 from realm.model.networks.config import build_component
 from realm.model.networks.reader import build_reader
 from realm.model.networks.retriever import Embedder
+from realm.model.publish import MANIFEST_FILE
 from realm.model.qa.trained_run import TrainedRun
 from realm.schemas.run_layout import RunLayout
 
@@ -35,3 +37,16 @@ def test_what_a_run_lacks_is_named(tmp_path, tiny_config):
     with pytest.raises(FileNotFoundError, match="no run.json"):
         TrainedRun.at(layout.root, index_path=tmp_path / "index")
     assert TrainedRun.at(layout.root, index_path=tmp_path / "index", model_preset="tiny").model_preset == "tiny"
+
+
+def test_the_index_a_checkpoint_was_trained_against_is_never_swapped_for_another_without_a_word(
+    trained_run, tiny_config, caplog
+):
+    """`trained_run` holds index/0, which its checkpoint records; index/1 is a newer one."""
+    recorded = Path(trained_run.index) / "0"
+    shutil.copytree(recorded, Path(trained_run.index) / "1")
+    (recorded / MANIFEST_FILE).unlink()  # damaged: loading it will name it
+    assert TrainedRun.at(trained_run.root).index == recorded
+    shutil.rmtree(recorded)  # gone, as in a run moved elsewhere: the newest, said
+    assert TrainedRun.at(trained_run.root).index == Path(trained_run.index) / "1"
+    assert f"the index it was fine-tuned against, {recorded}, is gone; answering from {Path(trained_run.index) / '1'}" in caplog.text

@@ -54,12 +54,18 @@ def test_schedule_warms_up_linearly_then_decays_to_zero():
     assert optimizer.param_groups[0]["lr"] == 0.0
 
 
-def test_heldout_split_is_seeded_and_disjoint():
-    train, heldout = heldout_split(100, 10, seed=3)
+def test_heldout_split_follows_the_example_ids_not_their_rows():
+    ids = np.arange(1000, 1100)
+    train, heldout = heldout_split(ids, 10)
     assert len(heldout) == 10 and not set(train) & set(heldout)
     assert sorted([*train, *heldout]) == list(range(100))
-    assert np.array_equal(heldout, heldout_split(100, 10, seed=3)[1])
-    assert len(heldout_split(5, 10, seed=0)[0]) == 1  # never holds out everything
+    # The same examples in another row order (a re-prepare's shards): the same ids held out.
+    shuffled = np.random.default_rng(0).permutation(ids)
+    assert set(shuffled[heldout_split(shuffled, 10)[1]]) == set(ids[heldout])
+    # A re-prepare that adds examples holds out none the smaller set trained on.
+    grown = np.arange(1000, 1200)
+    assert set(grown[heldout_split(grown, 10)[1]]) <= set(ids[heldout]) | set(range(1100, 1200))
+    assert len(heldout_split(ids[:5], 10)[0]) == 1  # never holds out everything
 
 
 def test_batch_order_is_a_function_of_seed_and_step_and_covers_each_epoch():

@@ -10,7 +10,7 @@ from realm.model.networks.checkpoint import load_components
 from realm.model.networks.config import ModelConfig
 from realm.model.training.stage_settings import IctConfig
 from realm.model.training.train_ict import ict_loss, ict_scores, train_ict
-from realm.schemas import ICT_EXAMPLES, write_table
+from realm.schemas import ICT_EXAMPLES, read_table, write_table
 from tests.model.corpus_fixture import CORPUS
 
 CPU = torch.device("cpu")
@@ -150,3 +150,16 @@ def test_sentence_encoder_start_publishes_mean_pooled_pca_towers_without_trainin
         torch.testing.assert_close(weight @ weight.T, torch.eye(8), atol=1e-4, rtol=0)
     torch.testing.assert_close(towers["query_embedder"].projection.bias, towers["doc_embedder"].projection.bias)
     assert 0.0 <= result["heldout_accuracy"] <= 1.0
+
+
+def test_the_same_examples_in_other_shards_train_to_the_same_losses(ict_examples_path, tmp_path, tiny_config):
+    """Beam's workers decide which rows land in which shard, and in what order."""
+    table = read_table(ict_examples_path, ICT_EXAMPLES)
+    reshuffled = table.take(np.random.default_rng(0).permutation(table.num_rows))
+    shards = tmp_path / "reprepared"
+    write_table(str(shards / "part-0.parquet"), reshuffled.slice(0, 5), ICT_EXAMPLES)
+    write_table(str(shards / "part-1.parquet"), reshuffled.slice(5), ICT_EXAMPLES)
+    first, first_logged = _train(ict_examples_path, tmp_path / "first", tiny_config)
+    again, again_logged = _train(str(shards), tmp_path / "again", tiny_config)
+    assert [m["loss"] for m in again_logged] == [m["loss"] for m in first_logged]
+    assert again["heldout_accuracy"] == first["heldout_accuracy"]

@@ -20,7 +20,7 @@ from realm.model.training.train_pretrain import (
     marginal_predictions,
     span_correct,
 )
-from realm.schemas import BLOCKS, PRETRAIN_EXAMPLES, write_table
+from realm.schemas import BLOCKS, PRETRAIN_EXAMPLES, read_table, write_table
 from tests.model.corpus_fixture import CORPUS
 
 CPU = torch.device("cpu")
@@ -255,3 +255,26 @@ def test_encoder_log_probs_hold_the_likelihood_of_the_targets(corpus, tmp_path, 
     targets = batch.mlm_targets[:, None, :, None].expand(-1, CONFIG.num_candidates, -1, 1)  # [batch, k, max_masks, 1]
     from_vocab = (vocab_log_probs.gather(3, targets).squeeze(3) * batch.mlm_mask[:, None, :]).sum(dim=2)
     torch.testing.assert_close(from_vocab, expected)
+
+
+def _reshuffled_into_two_shards(path: str, schema: pa.Schema, directory: Path) -> str:
+    table = read_table(path, schema)
+    table = table.take(np.random.default_rng(0).permutation(table.num_rows))
+    write_table(str(directory / "part-0.parquet"), table.slice(0, 3), schema)
+    write_table(str(directory / "part-1.parquet"), table.slice(3), schema)
+    return str(directory)
+
+
+def test_the_same_blocks_and_examples_in_other_shards_train_to_the_same_losses(corpus, tmp_path, tiny_config):
+    """Beam's workers decide which rows land in which shard, and in what order."""
+    blocks_path, examples_path = corpus
+    reprepared = (
+        _reshuffled_into_two_shards(blocks_path, BLOCKS, tmp_path / "blocks"),
+        _reshuffled_into_two_shards(examples_path, PRETRAIN_EXAMPLES, tmp_path / "examples"),
+    )
+    runs = []
+    for root, paths in (("first", corpus), ("again", reprepared)):  # one after the other: torch's RNG is global
+        trainer = _trainer(paths, tmp_path / root, tiny_config)
+        heldout_ids = [trainer.examples[row]["example_id"] for row in trainer.heldout_rows]
+        runs.append((heldout_ids, _comparable(_run(trainer, 3)), trainer.evaluate_masked_spans()))
+    assert runs[1] == runs[0]
