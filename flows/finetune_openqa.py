@@ -29,18 +29,19 @@ def train_finetune_stage(
     from realm.model.networks.device import select_device
     from realm.model.qa.qa_data import read_qa_file
     from realm.model.training.stage_settings import FinetuneConfig
-    from realm.model.training.train_finetune import train_finetune
+    from realm.model.training.train_finetune import FinetuneTrainer
 
     layout = RunLayout.at(output)
     files = params.qa_train or training_qa_paths()
     examples = [example for path in files for example in read_qa_file(path)]
     get_run_logger().info("fine-tuning on %d questions from %s (index %s)", len(examples), ", ".join(files), index_path)
     reporter = TrainingReporter("finetune", layout.reports)
-    result = train_finetune(
+    trainer = FinetuneTrainer(
         examples, layout.blocks, index_path, init_checkpoint, layout.checkpoints("finetune"),
         ModelConfig.preset(model_preset), FinetuneConfig(**params.model_dump(include=set(FinetuneConfig.model_fields))),
-        progress=reporter, device=select_device(device), reader_init=reader_init, seed=seed,
+        device=select_device(device), reader_init=reader_init, seed=seed,
     )
+    result = trainer.run(reporter)
     reporter.publish_curves()
     get_run_logger().info(
         "fine-tuned %d steps on %d questions with an answer among their candidates (%d without, left out; %d held out "

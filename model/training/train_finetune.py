@@ -32,7 +32,8 @@ REALM does; whatever they lack (or all, without them) starts from the model conf
 start. Mixing the two gives the paper's ablations (REALM retriever + baseline encoder and the
 reverse). Checkpoints `checkpoints/<step>/` hold the reader (and query_embedder, dense) and
 resume exactly (the batch of step s is a function of (seed, s)).
-The Prefect flow calls `train_finetune`.
+`FinetuneTrainer(...).run(progress)` trains (`realm.model.training.trainer` holds its loop);
+the Prefect flows call it.
 """
 
 from __future__ import annotations
@@ -50,17 +51,11 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from realm.model.qa.answer_metrics import exact_match
-from realm.model.qa.answering import Answerer, question_wordpieces
-from realm.model.qa.gold_spans import gold_spans
 from realm.model.index.block_store import BlockStore
 from realm.model.networks.checkpoint import BEST_DIR, checkpoint_extra, load_components, save_checkpoint
 from realm.model.networks.config import ModelConfig, build_component
-from realm.model.training.stage_settings import FinetuneConfig
-from realm.model.networks.device import autocast, select_device
+from realm.model.networks.device import autocast
 from realm.model.networks.marginal import early_update_loss
-from realm.model.qa.qa_data import QAExample, hash_chosen
-from realm.model.qa.question_retrieval import QuestionRetriever, is_bm25_index, load_question_retriever
 from realm.model.networks.reader import (
     Reader,
     build_reader,
@@ -69,18 +64,17 @@ from realm.model.networks.reader import (
     reader_inputs,
 )
 from realm.model.networks.retriever import Embedder
+from realm.model.qa.answer_metrics import exact_match
+from realm.model.qa.answering import Answerer, question_wordpieces
+from realm.model.qa.gold_spans import gold_spans
+from realm.model.qa.qa_data import QAExample, hash_chosen
+from realm.model.qa.question_retrieval import QuestionRetriever, is_bm25_index, load_question_retriever
 from realm.model.tokenization import WordPieceTokenizer
-from realm.model.training.loop import (
-    Progress,
-    ProgressFn,
-    apply_update,
-    batch_rows,
-    build_optimizer,
-    build_scheduler,
-    latest_resume_point,
-    seed_everything,
-    set_transformers_verbosity_error,
-)
+from realm.model.training.example_order import batch_rows
+from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
+from realm.model.training.progress import ProgressFn
+from realm.model.training.stage_settings import FinetuneConfig
+from realm.model.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -311,161 +305,168 @@ def _questions_digest(training: Sequence[QAExample], config: FinetuneConfig) -> 
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def train_finetune(
-    examples: list[QAExample],
-    blocks_path: str,
-    index_path: str,
-    init_checkpoint: str | None,
-    checkpoint_root: str,
-    model_config: ModelConfig,
-    config: FinetuneConfig,
-    progress: ProgressFn | None = None,
-    device: torch.device | None = None,
-    reader_init: str | None = None,
-    seed: int = 0,
-) -> dict:
-    """Fine-tune against the published index `index_path` (a dense `index/<step>/`, or a BM25
-    index), resuming from the newest checkpoint under `checkpoint_root`. Returns {step,
-    checkpoint (the best validated, else the last), best_validation_em, steps_per_s,
-    final_loss (the last step trained, here or before a resume), training_questions,
-    validation_questions, without_answer_in_candidates, examples_seen,
-    examples_without_answer_in_read} (counts over the whole run, resumes included)."""
-    validation = [e for e in examples if is_validation_question(e.question, config.validation_fraction)]
-    training = [e for e in examples if not is_validation_question(e.question, config.validation_fraction)]
-    if not training:
-        raise ValueError(f"no training questions (of {len(examples)}, all held out for validation)")
-    set_transformers_verbosity_error()
-    device = device or select_device()
-    tokenizer = model_config.tokenizer()
-    blocks = BlockStore.from_parquet(blocks_path, with_text=True)
-    dense = not is_bm25_index(index_path)
+class FinetuneTrainer(Trainer):
+    """Fine-tuning against the published index `index_path` (a dense `index/<step>/`, or a
+    BM25 index), resuming from the newest checkpoint under `checkpoint_root`, else starting
+    from `initial_components`; `run` trains its epochs (module docstring)."""
 
-    seed_everything(seed)
-    resume = latest_resume_point(checkpoint_root, device)
-    needed = {"query_embedder", "reader"} if dense else {"reader"}
-    if resume and set(resume.components) != needed:
-        raise ValueError(
-            f"{resume.checkpoint}: holds {sorted(resume.components)}, but fine-tuning against {index_path} trains "
-            f"{sorted(needed)}; a run root fine-tunes one retriever kind (use another root for the other)"
-        )
-    components = resume.components if resume else initial_components(
-        init_checkpoint, model_config, device, reader_init=reader_init, with_query_embedder=dense,
-        reader_dropout=config.reader_dropout,
-    )
-    reader = components["reader"]
-    retriever = load_question_retriever(index_path, components.get("query_embedder"), model_config, device)
-    trained = {name: components[name] for name in sorted(needed)}
-    answerer = Answerer(retriever, reader, blocks, tokenizer, model_config, device)  # validation; sets eval mode
+    def __init__(
+        self,
+        examples: list[QAExample],
+        blocks_path: str,
+        index_path: str,
+        init_checkpoint: str | None,
+        checkpoint_root: str,
+        model_config: ModelConfig,
+        config: FinetuneConfig,
+        device: torch.device | None = None,
+        reader_init: str | None = None,
+        seed: int = 0,
+    ):
+        super().__init__(checkpoint_root, config, device, seed)
+        self.validation = [e for e in examples if is_validation_question(e.question, config.validation_fraction)]
+        self.training = [e for e in examples if not is_validation_question(e.question, config.validation_fraction)]
+        if not self.training:
+            raise ValueError(f"no training questions (of {len(examples)}, all held out for validation)")
+        self.model_config = model_config
+        self.tokenizer = model_config.tokenizer()
+        self.blocks = BlockStore.from_parquet(blocks_path, with_text=True)
+        dense = not is_bm25_index(index_path)
 
-    # The candidates come from the starting query tower; a resumed run reads the ones its
-    # checkpoint recorded, so it trains on the same stream an uninterrupted run would, and
-    # refuses other questions or settings than those it started with.
-    questions_digest = _questions_digest(training, config)
-    retrieved = None
-    if resume:
-        started = checkpoint_extra(resume.checkpoint)
-        if started["questions_digest"] != questions_digest:
-            raise ValueError(
-                f"{resume.checkpoint}: was fine-tuned on other questions or candidate settings than these; "
-                "use a new run root (or the files and settings it started with)"
+        needed = {"query_embedder", "reader"} if dense else {"reader"}
+        components = self._start_components(
+            lambda: initial_components(
+                init_checkpoint, model_config, self.device, reader_init=reader_init, with_query_embedder=dense,
+                reader_dropout=config.reader_dropout,
             )
-        retrieved = started["candidates"]["block_ids"].numpy(), started["candidates"]["found"].numpy()
-    candidates = CandidateCache.build(retriever, tokenizer, blocks, training, model_config, config, retrieved)
-    rows = np.flatnonzero(candidates.holds_answer.any(axis=1))
-    if len(rows) == 0:
-        raise ValueError(
-            f"none of the {len(training)} training questions has an answer in its top {config.num_candidates} blocks"
         )
-    total_steps = math.ceil(config.epochs * len(rows) / config.batch_size)
+        if self.resume and set(components) != needed:
+            raise ValueError(
+                f"{self.resume.checkpoint}: holds {sorted(components)}, but fine-tuning against {index_path} trains "
+                f"{sorted(needed)}; a run root fine-tunes one retriever kind (use another root for the other)"
+            )
+        self.reader = components["reader"]
+        self.retriever = load_question_retriever(index_path, components.get("query_embedder"), model_config, self.device)
+        self.trained = {name: components[name] for name in sorted(needed)}
+        # For validation; sets eval mode.
+        self.answerer = Answerer(self.retriever, self.reader, self.blocks, self.tokenizer, model_config, self.device)
 
-    head = torch.nn.ModuleList(reader.span_head())
-    modules = [head, *retriever.trainable_modules(), reader]
-    rates = [config.span_head_learning_rate] + [config.learning_rate] * (len(modules) - 1)
-    optimizer = build_optimizer(modules, config.learning_rate, config.weight_decay, learning_rates=rates)
-    scheduler = build_scheduler(optimizer, round(config.warmup_fraction * total_steps), total_steps)
-    state = resume.restore(optimizer, scheduler) if resume else None
-    step = state.step if state else 0
-    counts = state.extra["counts"] if state else dict.fromkeys(COUNTS, 0)
-    final_loss = state.extra["loss"] if state else None
-    best = state.extra["best"] if state else None  # {"step", "exact_match", "checkpoint"}
-    # The checkpoints a fresh run started from, carried through resumes: every checkpoint
-    # names them and its index as used, so retention never removes them (`realm.model.publish`).
-    fresh_start = [path for path in (init_checkpoint, reader_init) if path not in (None, WARM_START)]
-    started_from = state.extra.get("started_from", []) if state else fresh_start
-    uses = [index_path, *started_from]
-    checkpoint = resume.checkpoint if resume else None
-    meter = Progress(total_steps, start_step=step)
-    log.info(
-        "fine-tuning on %d of %d questions (%d without an answer in their top %d blocks, %d held out for validation), "
-        "%.3g epochs = %d steps from step %d",
-        len(rows), len(examples), len(training) - len(rows), config.num_candidates, len(validation),
-        config.epochs, total_steps, step,
-    )
+        # The candidates come from the starting query tower; a resumed run reads the ones its
+        # checkpoint recorded, so it trains on the same stream an uninterrupted run would, and
+        # refuses other questions or settings than those it started with.
+        self.questions_digest = _questions_digest(self.training, config)
+        retrieved = None
+        if self.resume:
+            started = checkpoint_extra(self.resume.checkpoint)
+            if started["questions_digest"] != self.questions_digest:
+                raise ValueError(
+                    f"{self.resume.checkpoint}: was fine-tuned on other questions or candidate settings than these; "
+                    "use a new run root (or the files and settings it started with)"
+                )
+            retrieved = started["candidates"]["block_ids"].numpy(), started["candidates"]["found"].numpy()
+        self.candidates = CandidateCache.build(
+            self.retriever, self.tokenizer, self.blocks, self.training, model_config, config, retrieved
+        )
+        self.rows = np.flatnonzero(self.candidates.holds_answer.any(axis=1))
+        if len(self.rows) == 0:
+            raise ValueError(
+                f"none of the {len(self.training)} training questions has an answer in its top {config.num_candidates} blocks"
+            )
+        total_steps = math.ceil(config.epochs * len(self.rows) / config.batch_size)
 
-    recorded = {"block_ids": torch.from_numpy(candidates.block_ids), "found": torch.from_numpy(candidates.found)}
+        head = torch.nn.ModuleList(self.reader.span_head())
+        modules = [head, *self.retriever.trainable_modules(), self.reader]
+        rates = [config.span_head_learning_rate] + [config.learning_rate] * (len(modules) - 1)
+        optimizer = build_optimizer(modules, config.learning_rate, config.weight_decay, learning_rates=rates)
+        scheduler = build_scheduler(optimizer, round(config.warmup_fraction * total_steps), total_steps)
+        extra = self._restore(optimizer, scheduler, total_steps)
+        if self.resume:
+            self.counts, self.final_loss, self.best = extra["counts"], extra["loss"], extra["best"]
+            # The checkpoints a fresh run started from, carried through resumes: every checkpoint
+            # names them and its index as used, so retention never removes them (`realm.model.publish`).
+            self.started_from = extra.get("started_from", [])
+        else:
+            self.counts, self.final_loss, self.best = dict.fromkeys(COUNTS, 0), None, None
+            self.started_from = [path for path in (init_checkpoint, reader_init) if path not in (None, WARM_START)]
+        self.index_path = str(index_path)
+        log.info(
+            "fine-tuning on %d of %d questions (%d without an answer in their top %d blocks, %d held out for validation), "
+            "%.3g epochs = %d steps from step %d",
+            len(self.rows), len(examples), len(self.training) - len(self.rows), config.num_candidates,
+            len(self.validation), config.epochs, total_steps, self.step,
+        )
 
-    def extra() -> dict:
-        return {
-            "loss": final_loss, "counts": counts, "index_path": str(index_path), "best": best,
-            "candidates": recorded, "questions_digest": questions_digest, "started_from": started_from,
-        }
-
-    def validate() -> dict:
-        """Answer the validation questions; publish the model as the best when it is."""
-        nonlocal best
-        if not validation:
-            return {}
-        em = validation_exact_match(answerer, validation, config.num_read)
-        if best is None or em > best["exact_match"]:
-            published = save_checkpoint(Path(checkpoint_root) / BEST_DIR, step, trained, extra=extra(), keep=1, uses=uses)
-            best = {"step": step, "exact_match": em, "checkpoint": str(published)}
-        return {"validation_exact_match": em}
-
-    def save() -> str:
-        return str(save_checkpoint(
-            checkpoint_root, step, trained, optimizer, scheduler, extra=extra(), keep=config.keep_checkpoints, uses=uses
-        ))
-
-    while step < total_steps:
-        for module in [*retriever.trainable_modules(), reader]:
+    def train_step(self) -> dict:
+        for module in [*self.retriever.trainable_modules(), self.reader]:
             module.train()
-        batch = batch_rows(rows, config.batch_size, seed, step)
+        batch = batch_rows(self.rows, self.config.batch_size, self.seed, self.step)
         loss, stats = finetune_loss(
-            retriever, reader, tokenizer, blocks, training, candidates, batch, model_config, config, device
+            self.retriever, self.reader, self.tokenizer, self.blocks, self.training, self.candidates, batch,
+            self.model_config, self.config, self.device,
         )
-        final_loss = apply_update(loss, optimizer, scheduler, "fine-tuning", step + 1)
-        step += 1
-        counts["examples_seen"] += len(batch)
-        counts["without_answer_in_read"] += stats.without_answer_in_read
-        validated = {}
-        if step % config.checkpoint_every == 0 or step == total_steps:
-            validated = validate()
-            checkpoint = save()
-        metrics = meter.update(
-            step,
-            loss=final_loss,
+        self.final_loss = apply_update(loss, self.optimizer, self.scheduler, "fine-tuning", self.step + 1)
+        self.step += 1
+        self.counts["examples_seen"] += len(batch)
+        self.counts["without_answer_in_read"] += stats.without_answer_in_read
+        return self.meter.update(
+            self.step,
+            loss=self.final_loss,
             retriever_loss=stats.retriever_loss,
             reader_loss=stats.reader_loss,
-            epoch=step * config.batch_size / len(rows),
-            fraction_without_answer_in_read=counts["without_answer_in_read"] / counts["examples_seen"],
-            learning_rate=scheduler.get_last_lr()[-1],
-            **validated,
+            epoch=self.step * self.config.batch_size / len(self.rows),
+            fraction_without_answer_in_read=self.counts["without_answer_in_read"] / self.counts["examples_seen"],
+            learning_rate=self.scheduler.get_last_lr()[-1],
         )
-        if progress is not None and (step % config.log_every == 0 or step == total_steps or validated):
-            progress(metrics)
-    if checkpoint is None:  # a fresh run with nothing to train: still publish the starting components
-        validate()
-        checkpoint = save()
 
-    return {
-        "step": step,
-        "checkpoint": best["checkpoint"] if best else str(checkpoint),
-        "best_validation_em": best["exact_match"] if best else None,
-        "steps_per_s": meter.steps_per_s(),
-        "final_loss": final_loss,
-        "training_questions": len(rows),
-        "validation_questions": len(validation),
-        "without_answer_in_candidates": len(training) - len(rows),
-        "examples_seen": counts["examples_seen"],
-        "examples_without_answer_in_read": counts["without_answer_in_read"],
-    }
+    def _checkpoint_components(self) -> dict[str, PreTrainedModel]:
+        return self.trained
+
+    def _checkpoint_extra(self) -> dict:
+        candidates = {"block_ids": torch.from_numpy(self.candidates.block_ids), "found": torch.from_numpy(self.candidates.found)}
+        return {
+            "loss": self.final_loss, "counts": self.counts, "index_path": self.index_path, "best": self.best,
+            "candidates": candidates, "questions_digest": self.questions_digest, "started_from": self.started_from,
+        }
+
+    def _checkpoint_uses(self) -> list[str]:
+        return [self.index_path, *self.started_from]
+
+    def _checkpoint(self) -> dict:
+        """Validate, then publish the checkpoint (which records the best validation so far)."""
+        validated = self._validate()
+        self.save_checkpoint()
+        return validated
+
+    def _validate(self) -> dict:
+        """Answer the validation questions; publish the model as the best when it is."""
+        if not self.validation:
+            return {}
+        em = validation_exact_match(self.answerer, self.validation, self.config.num_read)
+        if self.best is None or em > self.best["exact_match"]:
+            published = save_checkpoint(
+                Path(self.checkpoint_root) / BEST_DIR, self.step, self.trained, extra=self._checkpoint_extra(), keep=1,
+                uses=self._checkpoint_uses(),
+            )
+            self.best = {"step": self.step, "exact_match": em, "checkpoint": str(published)}
+        return {"validation_exact_match": em}
+
+    def run(self, progress: ProgressFn | None = None) -> dict:
+        """Train to the end; returns {step, checkpoint (the best validated, else the last),
+        best_validation_em, steps_per_s, final_loss (the last step trained, here or before a
+        resume), training_questions, validation_questions, without_answer_in_candidates,
+        examples_seen, examples_without_answer_in_read} (counts over the whole run, resumes
+        included)."""
+        self._train(progress)
+        return {
+            "step": self.step,
+            "checkpoint": self.best["checkpoint"] if self.best else self.last_checkpoint,
+            "best_validation_em": self.best["exact_match"] if self.best else None,
+            "steps_per_s": self.meter.steps_per_s(),
+            "final_loss": self.final_loss,
+            "training_questions": len(self.rows),
+            "validation_questions": len(self.validation),
+            "without_answer_in_candidates": len(self.training) - len(self.rows),
+            "examples_seen": self.counts["examples_seen"],
+            "examples_without_answer_in_read": self.counts["without_answer_in_read"],
+        }
+

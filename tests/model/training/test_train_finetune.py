@@ -26,10 +26,10 @@ from realm.model.tokenization import join
 from realm.model.training.train_finetune import (
     WARM_START,
     CandidateCache,
+    FinetuneTrainer,
     finetune_loss,
     is_validation_question,
     read_slots,
-    train_finetune,
     validation_exact_match,
 )
 from tests.model.corpus_fixture import CORPUS
@@ -61,10 +61,10 @@ def distinct_vectors_index(tmp_path_factory, qa_corpus, blocks_table) -> str:
 def _train(qa_corpus, root, tiny_config, config=CONFIG, examples=EXAMPLES, init_checkpoint=None, reader_init=None):
     blocks_path, index_path = qa_corpus
     logged = []
-    result = train_finetune(
-        examples, blocks_path, index_path, init_checkpoint, str(root), tiny_config, config, logged.append, CPU,
-        reader_init=reader_init,
+    trainer = FinetuneTrainer(
+        examples, blocks_path, index_path, init_checkpoint, str(root), tiny_config, config, CPU, reader_init=reader_init
     )
+    result = trainer.run(logged.append)
     return result, logged
 
 

@@ -9,7 +9,7 @@ import torch
 from realm.model.networks.checkpoint import load_components
 from realm.model.networks.config import ModelConfig
 from realm.model.training.stage_settings import IctConfig
-from realm.model.training.train_ict import ict_loss, ict_scores, train_ict
+from realm.model.training.train_ict import IctTrainer, ict_loss, ict_scores
 from realm.schemas import ICT_EXAMPLES, write_table
 from tests.model.corpus_fixture import CORPUS
 
@@ -51,7 +51,7 @@ def ict_examples_path(tmp_path_factory, tokenizer) -> str:
 
 def _train(path, root, tiny_config, config=CONFIG):
     logged = []
-    result = train_ict(path, str(root), tiny_config, config, progress=logged.append, device=CPU)
+    result = IctTrainer(path, str(root), tiny_config, config, device=CPU).run(logged.append)
     return result, logged
 
 
