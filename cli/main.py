@@ -194,7 +194,8 @@ def _reproduce(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
     from pathlib import Path
 
-    from realm.flows.reproduce import ReproduceParams, realm_reproduce
+    from realm.flows.reproduce import realm_reproduce
+    from realm.flows.reproduce_systems import ReproduceParams
 
     qa_train, qa_dev = list(args.qa_train), list(args.qa_dev)
     if args.qa_dir:
