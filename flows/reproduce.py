@@ -53,7 +53,7 @@ from realm.flows.retriever_tasks import build_retriever_index, zero_shot_recall
 
 @flow(name="realm-reproduce")
 def realm_reproduce(params: ReproduceParams) -> list[dict]:
-    from realm.model.training.train_finetune import WARM_START
+    from realm.model.training.finetune_start import WARM_START
 
     logger = get_run_logger()
     root = Path(params.output).expanduser().resolve()

@@ -23,15 +23,10 @@ from realm.model.networks.reader import build_reader, reader_inputs
 from realm.model.qa.gold_spans import find_gold_spans
 from realm.model.networks.retriever import Embedder
 from realm.model.tokenization import join
-from realm.model.training.train_finetune import (
-    WARM_START,
-    CandidateCache,
-    FinetuneTrainer,
-    finetune_loss,
-    is_validation_question,
-    read_slots,
-    validation_exact_match,
-)
+from realm.model.training.finetune_loss import finetune_loss, read_slots
+from realm.model.training.finetune_start import WARM_START
+from realm.model.training.question_candidates import CandidateCache
+from realm.model.training.train_finetune import FinetuneTrainer, is_validation_question, validation_exact_match
 from tests.model.corpus_fixture import CORPUS
 
 CPU = torch.device("cpu")
