@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from realm.model.index.mips import latest_published
-from realm.model.networks.checkpoint import best_checkpoint, checkpoint_extra
+from realm.model.networks.checkpoint import best_checkpoint, checkpoint_extra, checkpoint_paths
 from realm.model.publish import MANIFEST_FILE
 from realm.schemas.run_layout import RunLayout
 
@@ -56,11 +56,19 @@ class TrainedRun:
 
 
 def trained_index(layout: RunLayout, checkpoint: str | Path) -> Path | None:
-    """The index a fine-tuned checkpoint was trained against (recorded in it; it may live in
-    another run root, as in a reproduction), else the run's newest: the dense `index/` when the
-    checkpoint has a query tower, `bm25/` when it was fine-tuned on BM25's blocks."""
-    recorded = checkpoint_extra(checkpoint).get("index_path")
-    if recorded and (Path(recorded) / MANIFEST_FILE).is_file():
-        return Path(recorded)
-    dense = (Path(checkpoint) / "query_embedder").is_dir()
-    return latest_published(layout.index if dense else layout.bm25)
+    """The index a fine-tuned checkpoint was trained against, recorded in it relative to it (it
+    may live in another run root, as in a reproduction); FileNotFoundError naming its step and
+    path when it is not published there, never another index in its place. A checkpoint that
+    records none (not written by fine-tuning) answers with the run's newest: the dense
+    `index/` when the checkpoint has a query tower, `bm25/` else."""
+    # Checkpoints written before paths were recorded relative hold an absolute `index_path`.
+    recorded = checkpoint_paths(checkpoint).get("index") or checkpoint_extra(checkpoint).get("index_path")
+    if recorded is None:
+        dense = (Path(checkpoint) / "query_embedder").is_dir()
+        return latest_published(layout.index if dense else layout.bm25)
+    if not (Path(recorded) / MANIFEST_FILE).is_file():
+        raise FileNotFoundError(
+            f"{checkpoint} was fine-tuned against the index of step {Path(recorded).name} ({recorded}), "
+            "which is not published there; restore it, or name the index to answer with"
+        )
+    return Path(recorded)

@@ -23,8 +23,6 @@ trains (`realm.model.training.trainer` holds its loop); the Prefect flows call i
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 from collections.abc import Sequence
@@ -47,6 +45,7 @@ from realm.model.training.finetune_start import WARM_START, initial_components
 from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
 from realm.model.training.progress import ProgressFn
 from realm.model.training.question_candidates import CandidateCache
+from realm.model.training.stage_inputs import json_digest, stage_inputs
 from realm.model.training.stage_settings import FinetuneConfig
 from realm.model.training.trainer import Trainer
 
@@ -69,14 +68,9 @@ def validation_exact_match(answerer: Answerer, examples: Sequence[QAExample], nu
     return float(np.mean([exact_match(p.answer, e.answers, e.answer_type) for p, e in zip(predictions, examples)]))
 
 
-def _questions_digest(training: Sequence[QAExample], config: FinetuneConfig) -> str:
-    """What the candidate cache depends on besides the index: the training questions, their
-    answers and the candidate settings."""
-    text = json.dumps(
-        [[e.question, list(e.answers), e.answer_type, list(e.excluded_block_ids)] for e in training]
-        + [config.num_candidates, config.max_question_wordpieces, config.validation_fraction]
-    )
-    return hashlib.sha256(text.encode()).hexdigest()
+def _questions_digest(examples: Sequence[QAExample]) -> str:
+    """The questions a stage trains and validates on, with their answers and the blocks each excludes."""
+    return json_digest([[e.question, list(e.answers), e.answer_type, list(e.excluded_block_ids)] for e in examples])
 
 
 class FinetuneTrainer(Trainer):
@@ -107,37 +101,36 @@ class FinetuneTrainer(Trainer):
         self.blocks = BlockStore.from_parquet(blocks_path, with_text=True)
         dense = not is_bm25_index(index_path)
 
-        needed = {"query_embedder", "reader"} if dense else {"reader"}
+        # The checkpoints a fresh stage starts from: every checkpoint names them and its index as
+        # used, so retention never removes them (`realm.model.publish`).
+        self.started_from = [path for path in (init_checkpoint, reader_init) if path not in (None, WARM_START)]
+        data = {"blocks": blocks_path, "index": index_path, "init_checkpoint": init_checkpoint}
+        values = {"questions": _questions_digest(examples)}
+        if reader_init == WARM_START:  # not a path: the model config's warm start
+            values["reader_init"] = WARM_START
+        else:
+            data["reader_init"] = reader_init
+        inputs = stage_inputs(config, seed, data, values)
         components = self._start_components(
             lambda: initial_components(
                 init_checkpoint, model_config, self.device, reader_init=reader_init, with_query_embedder=dense,
                 reader_dropout=config.reader_dropout,
-            )
+            ),
+            inputs,
         )
-        if self.resume and set(components) != needed:
-            raise ValueError(
-                f"{self.resume.checkpoint}: holds {sorted(components)}, but fine-tuning against {index_path} trains "
-                f"{sorted(needed)}; a run root fine-tunes one retriever kind (use another root for the other)"
-            )
         self.reader = components["reader"]
         self.retriever = load_question_retriever(index_path, components.get("query_embedder"), model_config, self.device)
-        self.trained = {name: components[name] for name in sorted(needed)}
+        self.trained = {name: components[name] for name in sorted(components)}  # reader (and query_embedder, dense)
         # For validation; sets eval mode.
         self.answerer = Answerer(self.retriever, self.reader, self.blocks, self.tokenizer, model_config, self.device)
 
-        # The candidates come from the starting query tower; a resumed run reads the ones its
-        # checkpoint recorded, so it trains on the same stream an uninterrupted run would, and
-        # refuses other questions or settings than those it started with.
-        self.questions_digest = _questions_digest(self.training, config)
+        # The candidates come from the starting query tower; a resumed stage (same questions,
+        # index and settings: the same inputs) reads the ones its checkpoint recorded, so it
+        # trains on the same stream an uninterrupted one would.
         retrieved = None
         if self.resume:
-            started = checkpoint_extra(self.resume.checkpoint)
-            if started["questions_digest"] != self.questions_digest:
-                raise ValueError(
-                    f"{self.resume.checkpoint}: was fine-tuned on other questions or candidate settings than these; "
-                    "use a new run root (or the files and settings it started with)"
-                )
-            retrieved = started["candidates"]["block_ids"].numpy(), started["candidates"]["found"].numpy()
+            recorded = checkpoint_extra(self.resume.checkpoint)["candidates"]
+            retrieved = recorded["block_ids"].numpy(), recorded["found"].numpy()
         self.candidates = CandidateCache.build(
             self.retriever, self.tokenizer, self.blocks, self.training, model_config, config, retrieved
         )
@@ -153,15 +146,11 @@ class FinetuneTrainer(Trainer):
         rates = [config.span_head_learning_rate] + [config.learning_rate] * (len(modules) - 1)
         optimizer = build_optimizer(modules, config.learning_rate, config.weight_decay, learning_rates=rates)
         scheduler = build_scheduler(optimizer, round(config.warmup_fraction * total_steps), total_steps)
-        extra = self._restore(optimizer, scheduler, total_steps)
+        extra = self._restore(optimizer, scheduler, total_steps).extra
         if self.resume:
             self.counts, self.final_loss, self.best = extra["counts"], extra["loss"], extra["best"]
-            # The checkpoints a fresh run started from, carried through resumes: every checkpoint
-            # names them and its index as used, so retention never removes them (`realm.model.publish`).
-            self.started_from = extra.get("started_from", [])
         else:
             self.counts, self.final_loss, self.best = dict.fromkeys(COUNTS, 0), None, None
-            self.started_from = [path for path in (init_checkpoint, reader_init) if path not in (None, WARM_START)]
         self.index_path = str(index_path)
         log.info(
             "fine-tuning on %d of %d questions (%d without an answer in their top %d blocks, %d held out for validation), "
@@ -197,13 +186,17 @@ class FinetuneTrainer(Trainer):
 
     def _checkpoint_extra(self) -> dict:
         candidates = {"block_ids": torch.from_numpy(self.candidates.block_ids), "found": torch.from_numpy(self.candidates.found)}
-        return {
-            "loss": self.final_loss, "counts": self.counts, "index_path": self.index_path, "best": self.best,
-            "candidates": candidates, "questions_digest": self.questions_digest, "started_from": self.started_from,
-        }
+        return {"loss": self.final_loss, "counts": self.counts, "best": self.best, "candidates": candidates}
+
+    def _checkpoint_paths(self) -> dict:
+        """The index it trains against, which `realm ask` and `realm evaluate` answer with."""
+        return {"index": self.index_path}
 
     def _checkpoint_uses(self) -> list[str]:
         return [self.index_path, *self.started_from]
+
+    def _best_checkpoint(self) -> str:
+        return str(Path(self.checkpoint_root) / BEST_DIR / str(self.best["step"]))
 
     def _checkpoint(self) -> dict:
         """Validate, then publish the checkpoint (which records the best validation so far)."""
@@ -217,11 +210,11 @@ class FinetuneTrainer(Trainer):
             return {}
         em = validation_exact_match(self.answerer, self.validation, self.config.num_read)
         if self.best is None or em > self.best["exact_match"]:
-            published = save_checkpoint(
+            save_checkpoint(
                 Path(self.checkpoint_root) / BEST_DIR, self.step, self.trained, extra=self._checkpoint_extra(), keep=1,
-                uses=self._checkpoint_uses(),
+                uses=self._checkpoint_uses(), paths=self._checkpoint_paths(), inputs=self.inputs,
             )
-            self.best = {"step": self.step, "exact_match": em, "checkpoint": str(published)}
+            self.best = {"step": self.step, "exact_match": em}
         return {"validation_exact_match": em}
 
     def run(self, progress: ProgressFn | None = None) -> dict:
@@ -233,7 +226,7 @@ class FinetuneTrainer(Trainer):
         self._train(progress)
         return {
             "step": self.step,
-            "checkpoint": self.best["checkpoint"] if self.best else self.last_checkpoint,
+            "checkpoint": self._best_checkpoint() if self.best else self.last_checkpoint,
             "best_validation_em": self.best["exact_match"] if self.best else None,
             "steps_per_s": self.meter.steps_per_s(),
             "final_loss": self.final_loss,

@@ -33,6 +33,7 @@ from realm.model.tokenization import WordPieceTokenizer, join
 from realm.model.training.example_order import batch_rows, heldout_split
 from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
 from realm.model.training.progress import ProgressFn
+from realm.model.training.stage_inputs import stage_inputs
 from realm.model.training.stage_settings import IctConfig
 from realm.model.training.trainer import Trainer
 from realm.schemas import ICT_EXAMPLES, read_table
@@ -160,12 +161,13 @@ class IctTrainer(Trainer):
         towers = self._start_components(  # the PCA projection sees training contexts only
             lambda: fresh_towers(
                 model_config, config, self.tokenizer, [self.examples[row] for row in self.train_rows], self.device, seed
-            )
+            ),
+            stage_inputs(config, seed, {"examples": ict_examples_path}),
         )
         self.retriever = Retriever(towers["query_embedder"], towers["doc_embedder"]).to(self.device).train()
         optimizer = build_optimizer([self.retriever.query_embedder, self.retriever.doc_embedder], config.learning_rate)
-        extra = self._restore(optimizer, build_scheduler(optimizer, config.warmup_steps, config.steps), config.steps)
-        self.final_loss: float | None = extra.get("loss")  # of the last step trained, here or before a resume
+        state = self._restore(optimizer, build_scheduler(optimizer, config.warmup_steps, config.steps), config.steps)
+        self.final_loss: float | None = state.extra.get("loss")  # of the last step trained, here or before a resume
         log.info(
             "ICT: %d training / %d held-out examples, from step %d to %d",
             len(self.train_rows), len(self.heldout_rows), self.step, config.steps,

@@ -51,6 +51,7 @@ from realm.model.training.pretrain_step import (
     span_in_candidates,
 )
 from realm.model.training.progress import ProgressFn
+from realm.model.training.stage_inputs import stage_inputs
 from realm.model.training.stage_settings import PretrainConfig
 from realm.model.training.trainer import Trainer
 from realm.schemas import PRETRAIN_EXAMPLES, read_table
@@ -120,17 +121,21 @@ class PretrainTrainer(Trainer):
         self.examples = read_table(examples_path, PRETRAIN_EXAMPLES, columns=EXAMPLE_COLUMNS).to_pylist()
         self.train_rows, self.heldout_rows = heldout_split(len(self.examples), config.heldout_examples, seed)
 
-        components = self._start_components(lambda: self._fresh_components(init_retriever))
+        inputs = stage_inputs(
+            config, seed, {"blocks": blocks_path, "examples": examples_path, "init_retriever": init_retriever}
+        )
+        components = self._start_components(lambda: self._fresh_components(init_retriever), inputs)
         self.retriever = Retriever(
             components["query_embedder"], components["doc_embedder"], freeze_doc_tower=config.cached_doc_embeddings
         ).to(self.device)
         self.encoder: KnowledgeAugmentedEncoder = components["encoder"].to(self.device)
         modules = [self.retriever.query_embedder, self.retriever.doc_embedder, self.encoder]
         optimizer = build_optimizer(modules, config.learning_rate)
-        extra = self._restore(optimizer, build_scheduler(optimizer, config.warmup_steps, config.steps), config.steps)
-        self.index_snapshot_step: int | None = extra.get("index_snapshot_step")
-        # Recorded in every checkpoint, so retention keeps the checkpoint this run started from.
-        self.init_retriever: str | None = extra.get("init_retriever") if self.resume else init_retriever
+        state = self._restore(optimizer, build_scheduler(optimizer, config.warmup_steps, config.steps), config.steps)
+        self.index_snapshot_step: int | None = state.extra.get("index_snapshot_step")
+        # Every checkpoint uses it, so retention keeps the checkpoint this stage started from (on
+        # resume the same content as the one it started from: it is one of the stage's inputs).
+        self.init_retriever = init_retriever
         self._index: MipsIndex | None = None
         self._index_lock = threading.Lock()
         log.info(
@@ -296,7 +301,7 @@ class PretrainTrainer(Trainer):
         }
 
     def _checkpoint_extra(self) -> dict:
-        return {"index_snapshot_step": self.index_snapshot_step, "init_retriever": self.init_retriever}
+        return {"index_snapshot_step": self.index_snapshot_step}
 
     def _checkpoint_uses(self) -> list[str | None]:
         """The index in use and the retriever checkpoint the run started from live as long as

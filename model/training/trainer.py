@@ -7,20 +7,28 @@ A trainer subclasses `Trainer` and starts in the order the resume handshake of
 `realm.model.networks.checkpoint` needs: components first, then the optimizer and scheduler
 built over them exactly as in a fresh run, then their state and the RNG streams:
 
-    components = self._start_components(build_fresh)   # the checkpoint's, else build_fresh()
+    components = self._start_components(build_fresh, inputs)  # the checkpoint's, else build_fresh()
     optimizer = build_optimizer([...components in a fixed order...], learning_rate)
-    extra = self._restore(optimizer, build_scheduler(optimizer, ...), total_steps)  # {} when fresh
+    state = self._restore(optimizer, build_scheduler(optimizer, ...), total_steps)  # step 0 when fresh
 
 It defines `train_step` (one update; returns `Progress.update`'s dict) and what its
-checkpoints hold (`_checkpoint_components`, `_checkpoint_extra`, `_checkpoint_uses`).
+checkpoints hold (`_checkpoint_components`, `_checkpoint_extra`, `_checkpoint_paths`,
+`_checkpoint_uses`).
+
+A stage resumes only on the inputs it was trained on (`realm.model.training.stage_inputs`,
+recorded in every checkpoint's manifest). When they changed (a new question file, another
+starting checkpoint or index, other settings), the stage's checkpoint root is set aside whole,
+as `<root>.superseded-<n>` beside it (at the same depth, so the relative paths its manifests
+use still hold), a new stage starts in the root, and a warning says which inputs changed.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -30,7 +38,9 @@ import torch
 from transformers import PreTrainedModel
 
 from realm.model.networks.checkpoint import (
+    RecordedPath,
     TrainingState,
+    checkpoint_inputs,
     latest_checkpoint,
     load_components,
     restore_training_state,
@@ -39,6 +49,7 @@ from realm.model.networks.checkpoint import (
 from realm.model.networks.config import set_transformers_verbosity_error
 from realm.model.networks.device import select_device
 from realm.model.training.progress import Progress, ProgressFn
+from realm.model.training.stage_inputs import changed_inputs
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +97,14 @@ def latest_resume_point(checkpoint_root: str | os.PathLike, device: torch.device
     return ResumePoint(checkpoint, load_components(checkpoint, device))
 
 
+def _unused_sibling(path: Path, label: str) -> Path:
+    """`<path>.<label>-<n>` for the first n that names nothing yet."""
+    for number in itertools.count(1):
+        sibling = path.with_name(f"{path.name}.{label}-{number}")
+        if not sibling.exists():
+            return sibling
+
+
 class Trainer:
     """Start, resume, the step loop and checkpoints (module docstring); subclasses add the model."""
 
@@ -95,25 +114,47 @@ class Trainer:
         self.device = device or select_device()
         self.resume: ResumePoint | None = None
 
-    def _start_components(self, build_fresh: Callable[[], dict[str, PreTrainedModel]]) -> dict[str, PreTrainedModel]:
-        """The components to train: the newest checkpoint's, else `build_fresh()`, called after
-        seeding, so a fresh start is a function of the seed."""
+    def _start_components(
+        self, build_fresh: Callable[[], dict[str, PreTrainedModel]], inputs: dict
+    ) -> dict[str, PreTrainedModel]:
+        """The components to train: the newest checkpoint's if it was trained on `inputs`
+        (`stage_inputs`), else `build_fresh()`, called after seeding, so a fresh start is a
+        function of the seed."""
         seed_everything(self.seed)
+        self.inputs = inputs
+        self._set_aside_a_stage_trained_on_other_inputs()
         self.resume = latest_resume_point(self.checkpoint_root, self.device)
         return self.resume.components if self.resume else build_fresh()
 
+    def _set_aside_a_stage_trained_on_other_inputs(self) -> None:
+        newest = latest_checkpoint(self.checkpoint_root)
+        if newest is None:
+            return
+        recorded = checkpoint_inputs(newest)
+        changes = ["none recorded: an older realm wrote it"] if recorded is None else changed_inputs(recorded, self.inputs)
+        if not changes:
+            return
+        root = Path(self.checkpoint_root)
+        aside = _unused_sibling(root, "superseded")
+        os.rename(root, aside)
+        log.warning(
+            "%s was trained on other inputs (%s): a new stage starts there; the previous one is kept in %s",
+            root, "; ".join(changes), aside,
+        )
+
     def _restore(
         self, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler, total_steps: int
-    ) -> dict:
+    ) -> TrainingState:
         """Take `optimizer` and `scheduler` (built over the components), load the resumed
         checkpoint's state into them and restore its RNG streams; call after everything else
-        that draws random numbers at start-up. Returns the checkpoint's `extra` ({} when fresh)."""
+        that draws random numbers at start-up. Returns the checkpoint's state (step 0, no
+        extra and no paths when fresh)."""
         self.optimizer, self.scheduler, self.total_steps = optimizer, scheduler, total_steps
-        state = self.resume.restore(optimizer, scheduler) if self.resume else None
-        self.step: int = state.step if state else 0
+        state = self.resume.restore(optimizer, scheduler) if self.resume else TrainingState(step=0)
+        self.step: int = state.step
         self.last_checkpoint: str | None = str(self.resume.checkpoint) if self.resume else None
         self.meter = Progress(total_steps, start_step=self.step)
-        return state.extra if state else {}
+        return state
 
     def train_step(self) -> dict:
         """One optimizer step; returns `self.meter.update`'s dict."""
@@ -126,15 +167,21 @@ class Trainer:
         """The trainer's own resumable state, saved beside the components."""
         return {}
 
+    def _checkpoint_paths(self) -> Mapping[str, RecordedPath]:
+        """Paths the trainer's resumable state names (stored relative to the checkpoint)."""
+        return {}
+
     def _checkpoint_uses(self) -> Iterable[str | None]:
         """Published directories a checkpoint depends on, kept as long as it is (`realm.model.publish.prune`)."""
         return ()
 
     def save_checkpoint(self) -> str:
-        """Publish `<checkpoint_root>/<step>/`: components, optimizer, scheduler, RNG and extra state."""
+        """Publish `<checkpoint_root>/<step>/`: components, optimizer, scheduler, RNG, the
+        trainer's own state and the stage's inputs."""
         published = save_checkpoint(
             self.checkpoint_root, self.step, self._checkpoint_components(), self.optimizer, self.scheduler,
             extra=self._checkpoint_extra(), keep=self.config.keep_checkpoints, uses=self._checkpoint_uses(),
+            paths=self._checkpoint_paths(), inputs=self.inputs,
         )
         self.last_checkpoint = str(published)
         return self.last_checkpoint

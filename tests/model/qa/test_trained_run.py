@@ -1,7 +1,10 @@
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from realm.model.index.mips import MipsIndex
 from realm.model.networks.checkpoint import save_checkpoint
 from realm.model.networks.config import build_component
 from realm.model.networks.reader import build_reader
@@ -29,9 +32,34 @@ def test_what_a_run_lacks_is_named(tmp_path, tiny_config):
     with pytest.raises(FileNotFoundError, match="not a trained run"):
         TrainedRun.at(layout.root)
     components = {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(tiny_config)}
-    save_checkpoint(layout.checkpoints("finetune"), 1, components, extra={"index_path": str(tmp_path / "gone")})
+    save_checkpoint(layout.checkpoints("finetune"), 1, components)  # records no index
     with pytest.raises(FileNotFoundError, match=r"no published index \(index/ or bm25/\)"):
         TrainedRun.at(layout.root)
     with pytest.raises(FileNotFoundError, match="no run.json"):
         TrainedRun.at(layout.root, index_path=tmp_path / "index")
     assert TrainedRun.at(layout.root, index_path=tmp_path / "index", model_preset="tiny").model_preset == "tiny"
+
+
+def _run_trained_against_its_own_index(root: Path, tiny_config) -> tuple[RunLayout, Path]:
+    layout = RunLayout.at(root)
+    layout.record_model_preset("tiny")
+    index = MipsIndex.build(np.eye(3, 128, dtype=np.float32), np.array([1, 2, 3])).save(layout.index, 5)
+    components = {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(tiny_config)}
+    save_checkpoint(layout.checkpoints("finetune"), 9, components, paths={"index": index})
+    return layout, index
+
+
+def test_a_run_folder_moved_elsewhere_answers_with_the_index_inside_the_copy(tmp_path, tiny_config):
+    layout, _ = _run_trained_against_its_own_index(tmp_path / "run", tiny_config)
+    shutil.copytree(layout.root, tmp_path / "moved")
+    shutil.rmtree(layout.root)
+    run = TrainedRun.at(tmp_path / "moved")
+    assert (run.checkpoint, run.index) == (tmp_path / "moved/checkpoints/finetune/9", tmp_path / "moved/index/5")
+
+
+def test_a_missing_index_is_an_error_naming_its_step_and_path_never_another_index(tmp_path, tiny_config):
+    layout, index = _run_trained_against_its_own_index(tmp_path / "run", tiny_config)
+    MipsIndex.build(np.eye(3, 128, dtype=np.float32), np.array([1, 2, 3])).save(layout.index, 7)  # a newer one
+    shutil.rmtree(index)
+    with pytest.raises(FileNotFoundError, match=f"against the index of step 5 \\({index}\\), which is not published"):
+        TrainedRun.at(layout.root)

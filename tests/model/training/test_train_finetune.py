@@ -1,5 +1,6 @@
 import dataclasses
 import hashlib
+import logging
 import math
 import shutil
 from pathlib import Path
@@ -210,9 +211,17 @@ def test_resume_continues_exactly_where_it_stopped(qa_corpus, tmp_path, tiny_con
     assert all(torch.equal(resumed_weights[key], value) for key, value in straight_weights.items())
     assert resumed["examples_seen"] == straight["examples_seen"] == 12
 
-    shutil.rmtree(resumed["checkpoint"])  # resuming from step 2 again, but on another question file
-    with pytest.raises(ValueError, match="other questions or candidate settings"):
-        _train(qa_corpus, tmp_path, tiny_config, config, examples=EXAMPLES[:3])
+
+def test_other_questions_start_a_new_stage_and_the_previous_one_is_kept_beside_it(qa_corpus, tmp_path, tiny_config, caplog):
+    """4 questions, 3 a batch: 2 steps, checkpoint 2; then 3 of them: a new stage of 1 step."""
+    root = tmp_path / "finetune"
+    _train(qa_corpus, root, tiny_config)
+    with caplog.at_level(logging.WARNING, logger="realm.model.training.trainer"):
+        again, logged = _train(qa_corpus, root, tiny_config, examples=EXAMPLES[:3])
+    assert f"{root} was trained on other inputs (questions): a new stage starts there" in caplog.text
+    assert [m["step"] for m in logged] == [1] and again["examples_seen"] == 3
+    assert again["checkpoint"] == str(root / "1")
+    assert sorted(p.name for p in (tmp_path / "finetune.superseded-1").iterdir()) == ["2"]
 
 
 def test_a_fresh_run_starts_from_the_pretrained_query_tower_and_encoder(qa_corpus, tmp_path, tiny_config):

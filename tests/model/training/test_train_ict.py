@@ -150,3 +150,16 @@ def test_sentence_encoder_start_publishes_mean_pooled_pca_towers_without_trainin
         torch.testing.assert_close(weight @ weight.T, torch.eye(8), atol=1e-4, rtol=0)
     torch.testing.assert_close(towers["query_embedder"].projection.bias, towers["doc_embedder"].projection.bias)
     assert 0.0 <= result["heldout_accuracy"] <= 1.0
+
+
+def test_changed_settings_start_a_new_stage_and_more_steps_go_on_with_the_old_one(ict_examples_path, tmp_path, tiny_config, caplog):
+    root = tmp_path / "ict"
+    _train(ict_examples_path, root, tiny_config)
+    _, longer = _train(ict_examples_path, root, tiny_config, CONFIG.model_copy(update={"steps": 6}))
+    assert [m["step"] for m in longer] == [5, 6]  # how long a stage runs is not one of its inputs
+
+    with caplog.at_level(logging.WARNING, logger="realm.model.training.trainer"):
+        _, logged = _train(ict_examples_path, root, tiny_config, CONFIG.model_copy(update={"learning_rate": 5e-4}))
+    assert "(learning_rate 0.001 -> 0.0005): a new stage starts there" in caplog.text
+    assert [m["step"] for m in logged] == [1, 2, 3, 4]
+    assert sorted(p.name for p in (tmp_path / "ict.superseded-1").iterdir()) == ["4", "6"]
