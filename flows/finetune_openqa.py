@@ -87,8 +87,9 @@ def finetune_openqa(
 ) -> dict:
     """Defaults: the run's latest pre-training checkpoint and its newest published index (a
     BM25 run needs no checkpoint: its reader starts from `reader_init` or the warm start)."""
-    from realm.model.networks.checkpoint import latest_checkpoint
     from realm.model.index.mips import latest_published
+    from realm.model.networks.checkpoint import latest_checkpoint
+    from realm.model.training.finetune_start import WARM_START
 
     layout = RunLayout.at(run.output)
     layout.record_model_preset(run.model_preset)
@@ -99,7 +100,10 @@ def finetune_openqa(
             latest_checkpoint(layout.checkpoints("pretrain")), "pre-training checkpoint"
         )
         index_path = index_path or required(latest_published(layout.index), "published index")
-    return cached_in_run(train_finetune_stage, layout)(
+    reads = [*(params.qa_train or training_qa_paths()), layout.blocks, init_checkpoint, index_path]
+    reads += [reader_init] if reader_init != WARM_START else []
+    stage = cached_in_run(train_finetune_stage, layout, reads=reads, writes=[layout.checkpoints("finetune")])
+    return stage(
         str(layout.root), run.model_preset, params, run.seed, run.device,
         None if init_checkpoint is None else str(init_checkpoint), str(index_path), reader_init,
     )

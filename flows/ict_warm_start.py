@@ -49,4 +49,5 @@ def train_ict_stage(output: str, model_preset: str, params: IctParams, seed: int
 def ict_warm_start(run: RunParams = RunParams(), params: IctParams = IctParams()) -> dict:
     layout = RunLayout.at(run.output)
     layout.record_model_preset(run.model_preset)
-    return cached_in_run(train_ict_stage, layout)(str(layout.root), run.model_preset, params, run.seed, run.device)
+    stage = cached_in_run(train_ict_stage, layout, reads=[layout.ict_examples], writes=[layout.checkpoints("ict")])
+    return stage(str(layout.root), run.model_preset, params, run.seed, run.device)

@@ -66,6 +66,8 @@ def reader_warmup(
     layout.record_model_preset(run.model_preset)
     init_checkpoint = init_checkpoint or required(latest_checkpoint(layout.checkpoints("pretrain")), "pre-training checkpoint")
     index_path = index_path or required(latest_published(layout.index), "published index")
-    return cached_in_run(train_reader_warmup_stage, layout)(
-        str(layout.root), run.model_preset, params, run.seed, run.device, str(init_checkpoint), str(index_path)
+    stage = cached_in_run(
+        train_reader_warmup_stage, layout, reads=[layout.pretrain_examples, layout.blocks, init_checkpoint, index_path],
+        writes=[layout.checkpoints("warmup")],
     )
+    return stage(str(layout.root), run.model_preset, params, run.seed, run.device, str(init_checkpoint), str(index_path))

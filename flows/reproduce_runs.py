@@ -16,12 +16,13 @@ SHARED_ARTIFACTS = ("documents", "blocks", "pretrain_examples", "ict_examples")
 
 
 def linked_run(root: Path, base: RunParams) -> RunParams:
-    """A run root that reads `base`'s prepared corpus through symbolic links."""
+    """A run root that reads `base`'s prepared corpus through symbolic links, relative ones, so
+    the reproduction's folder can be copied or moved whole."""
     root.mkdir(parents=True, exist_ok=True)
     for name in SHARED_ARTIFACTS:
         source, link = Path(base.output) / name, root / name
         if source.exists() and not link.exists():
-            os.symlink(source.resolve(), link, target_is_directory=True)
+            os.symlink(os.path.relpath(source.resolve(), root.resolve()), link, target_is_directory=True)
     return base.model_copy(update={"output": str(root)})
 
 
