@@ -198,7 +198,8 @@ def _reproduce(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
     from pathlib import Path
 
-    from realm.flows.reproduce import ReproduceParams, realm_reproduce
+    from realm.flows.reproduce import realm_reproduce
+    from realm.flows.reproduce_systems import ReproduceParams
 
     qa_train, qa_dev = list(args.qa_train), list(args.qa_dev)
     if args.qa_dir:
@@ -245,9 +246,9 @@ def _info(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _index(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
+    from realm.model.networks.config import set_transformers_verbosity_error
     from realm.model.networks.device import select_device
     from realm.model.qa.other_corpus import index_other_corpus
-    from realm.model.training.loop import set_transformers_verbosity_error
 
     set_transformers_verbosity_error()
     try:
@@ -277,10 +278,9 @@ def _serve(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _run_answerer(run_root: str, device: str | None, corpus: str | None = None):
     """The Answerer of a trained run (`Answerer.from_run`), over `corpus` when given."""
+    from realm.model.networks.config import set_transformers_verbosity_error
     from realm.model.networks.device import select_device
     from realm.model.qa.answering import Answerer
-    from realm.model.training.loop import set_transformers_verbosity_error
-
     from realm.schemas import ArtifactError
 
     set_transformers_verbosity_error()

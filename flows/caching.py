@@ -1,13 +1,20 @@
 """Stage results cached with the run, as plain JSON: `<root>/.realm-cache/<task>-<key>.json`.
 
 Expensive, deterministic stages (corpus preparation, whole training stages) are skipped on a
-re-run with the same inputs and the same task code: the key hashes the task's arguments and
-its source, as Prefect's `INPUTS + TASK_SOURCE` would. Prefect's own result persistence is not
-used: it pickles results and unpickles them on a cache hit, so anyone able to write a run
-folder could run code as whoever runs the flow next. Here a result is read with `json.loads`
-only; an entry that does not parse is reported and the stage runs again (it resumes from its
-own checkpoints). Deleting a run deletes its cache, and an entry can never point at artifacts
-that are gone.
+re-run with the same inputs and the same task code: the key hashes the task's source, its
+arguments and the content of the files it `reads` (question files, the corpus, the checkpoint
+and index it starts from: `realm.model.training.stage_inputs.content_digest`), so a file
+edited in place is a new input. A result is reused only while what the stage `writes` (its
+checkpoints) holds what it held when the result was cached: a stage run since on other
+inputs replaced them, and the stage runs again. Paths inside the run are recorded relative to
+it, in the key and in the result, so a run folder copied or moved elsewhere hits its cache
+and gets paths inside the copy.
+
+Prefect's own result persistence is not used: it pickles results and unpickles them on a
+cache hit, so anyone able to write a run folder could run code as whoever runs the flow next.
+Here an entry is read with `json.loads` only; one that does not parse, or was written by an
+older realm, is reported and the stage runs again (it resumes from its own checkpoints).
+Deleting a run deletes its cache.
 """
 
 from __future__ import annotations
@@ -16,45 +23,115 @@ import hashlib
 import inspect
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from prefect import get_run_logger
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
+from realm.model.publish import MANIFEST_FILE
+from realm.model.training.stage_inputs import content_digest
 from realm.schemas.run_layout import RunLayout
 
 CACHE_DIR = ".realm-cache"
+# How a path inside the run is written in a key or a cached result: "$RUN/checkpoints/ict/40".
+RUN_ROOT = "$RUN"
 
 
-def cached_in_run(task, layout: RunLayout) -> Callable[..., dict]:
-    """`task`, skipped when the run holds its JSON result for these arguments and this code.
-    Results are JSON round-tripped on a miss too, so a hit returns exactly what a miss did."""
+def cached_in_run(
+    task,
+    layout: RunLayout,
+    reads: Iterable[str | os.PathLike | None] = (),
+    writes: Iterable[str | os.PathLike] = (),
+) -> Callable[..., dict]:
+    """`task`, skipped when the run holds its JSON result for these arguments, this code and
+    the content of `reads` (None entries are skipped), and `writes` are as that result left
+    them. A miss returns the result as a hit would (JSON round-tripped)."""
     uncached = task.with_options(cache_policy=NO_CACHE, persist_result=False)
+    root = layout.root
+    reads, writes = [path for path in reads if path is not None], list(writes)
 
     def run(*args, **kwargs) -> dict:
-        path = layout.root / CACHE_DIR / f"{task.name}-{cache_key(task.fn, args, kwargs)}.json"
+        key = cache_key(task.fn, args, kwargs, root, reads)
+        path = root / CACHE_DIR / f"{task.name}-{key}.json"
         logger = get_run_logger()
         if path.is_file():
-            try:
-                result = json.loads(path.read_text(encoding="utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as error:
-                logger.warning("%s: unreadable cached result %s (%s); running the stage again", task.name, path, error)
+            entry = _read_entry(path)
+            if entry is None:
+                logger.warning("%s: unreadable cached result %s; running the stage again", task.name, path)
+            elif entry["writes"] != _writes_digest(writes, root):
+                logger.info("%s: its outputs changed since %s was cached; running the stage again", task.name, path)
             else:
                 logger.info("%s: done before with these inputs and code; result from %s", task.name, path)
-                return result
-        result = json.loads(json.dumps(uncached(*args, **kwargs), default=_plain))
-        _write_atomically(path, json.dumps(result, indent=1))
-        return result
+                return _in_run(entry["result"], root)
+        result = _in_cache(json.loads(json.dumps(uncached(*args, **kwargs), default=_plain)), root)
+        _write_atomically(path, json.dumps({"result": result, "writes": _writes_digest(writes, root)}, indent=1))
+        return _in_run(result, root)
 
     return run
 
 
-def cache_key(fn: Callable, args: tuple, kwargs: dict) -> str:
-    """sha256 of the function's source and its arguments (pydantic models by their JSON)."""
-    payload = json.dumps([inspect.getsource(fn), list(args), kwargs], sort_keys=True, default=_plain)
+def cache_key(fn: Callable, args: tuple, kwargs: dict, root: Path, reads: Iterable[str | os.PathLike] = ()) -> str:
+    """sha256 of the function's source, its arguments (pydantic models by their JSON) and the
+    content of `reads`, paths inside `root` written relative to it."""
+    arguments = json.loads(json.dumps([list(args), kwargs], default=_plain))
+    contents = {str(path): content_digest(path) for path in reads}
+    payload = json.dumps([inspect.getsource(fn), _in_cache(arguments, root), _in_cache(contents, root)], sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def _writes_digest(writes: Iterable[str | os.PathLike], root: Path) -> dict[str, str | None]:
+    """Per written directory, sha256 of the manifests published under it (None: it is gone)."""
+    digests = {}
+    for directory in map(Path, writes):
+        manifests = sorted(directory.rglob(MANIFEST_FILE)) if directory.is_dir() else None
+        digests[_in_cache(str(directory), root)] = None if manifests is None else hashlib.sha256(
+            json.dumps({p.relative_to(directory).as_posix(): p.read_text() for p in manifests}).encode()
+        ).hexdigest()
+    return digests
+
+
+def _read_entry(path: Path) -> dict | None:
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return entry if isinstance(entry, dict) and entry.keys() == {"result", "writes"} else None
+
+
+def _in_cache(value, root: Path):
+    """`value` (plain JSON) with every absolute path inside `root` written as `$RUN/...`."""
+
+    def relative(text: str) -> str:
+        if not os.path.isabs(text):
+            return text
+        inside = os.path.relpath(text, root)
+        if inside == ".":
+            return RUN_ROOT
+        return text if inside == ".." or inside.startswith(".." + os.sep) else f"{RUN_ROOT}/{Path(inside).as_posix()}"
+
+    return _each_string(value, relative)
+
+
+def _in_run(value, root: Path):
+    """`_in_cache` undone against the run's `root` now."""
+
+    def absolute(text: str) -> str:
+        if text == RUN_ROOT:
+            return str(root)
+        return str(root / text[len(RUN_ROOT) + 1 :]) if text.startswith(RUN_ROOT + "/") else text
+
+    return _each_string(value, absolute)
+
+
+def _each_string(value, convert: Callable[[str], str]):
+    """`value` (plain JSON) with `convert` applied to each string in it, keys included."""
+    if isinstance(value, dict):
+        return {_each_string(key, convert): _each_string(item, convert) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_each_string(item, convert) for item in value]
+    return convert(value) if isinstance(value, str) else value
 
 
 def _plain(value):

@@ -29,18 +29,19 @@ def train_finetune_stage(
     from realm.model.networks.device import select_device
     from realm.model.qa.qa_data import read_qa_file
     from realm.model.training.stage_settings import FinetuneConfig
-    from realm.model.training.train_finetune import train_finetune
+    from realm.model.training.train_finetune import FinetuneTrainer
 
     layout = RunLayout.at(output)
     files = params.qa_train or training_qa_paths()
     examples = [example for path in files for example in read_qa_file(path)]
     get_run_logger().info("fine-tuning on %d questions from %s (index %s)", len(examples), ", ".join(files), index_path)
     reporter = TrainingReporter("finetune", layout.reports)
-    result = train_finetune(
+    trainer = FinetuneTrainer(
         examples, layout.blocks, index_path, init_checkpoint, layout.checkpoints("finetune"),
         ModelConfig.preset(model_preset), FinetuneConfig(**params.model_dump(include=set(FinetuneConfig.model_fields))),
-        progress=reporter, device=select_device(device), reader_init=reader_init, seed=seed,
+        device=select_device(device), reader_init=reader_init, seed=seed,
     )
+    result = trainer.run(reporter)
     reporter.publish_curves()
     get_run_logger().info(
         "fine-tuned %d steps on %d questions with an answer among their candidates (%d without, left out; %d held out "
@@ -86,8 +87,9 @@ def finetune_openqa(
 ) -> dict:
     """Defaults: the run's latest pre-training checkpoint and its newest published index (a
     BM25 run needs no checkpoint: its reader starts from `reader_init` or the warm start)."""
-    from realm.model.networks.checkpoint import latest_checkpoint
     from realm.model.index.mips import latest_published
+    from realm.model.networks.checkpoint import latest_checkpoint
+    from realm.model.training.finetune_start import WARM_START
 
     layout = RunLayout.at(run.output)
     layout.record_model_preset(run.model_preset)
@@ -98,7 +100,10 @@ def finetune_openqa(
             latest_checkpoint(layout.checkpoints("pretrain")), "pre-training checkpoint"
         )
         index_path = index_path or required(latest_published(layout.index), "published index")
-    return cached_in_run(train_finetune_stage, layout)(
+    reads = [*(params.qa_train or training_qa_paths()), layout.blocks, init_checkpoint, index_path]
+    reads += [reader_init] if reader_init != WARM_START else []
+    stage = cached_in_run(train_finetune_stage, layout, reads=reads, writes=[layout.checkpoints("finetune")])
+    return stage(
         str(layout.root), run.model_preset, params, run.seed, run.device,
         None if init_checkpoint is None else str(init_checkpoint), str(index_path), reader_init,
     )

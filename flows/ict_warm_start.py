@@ -20,19 +20,15 @@ from realm.flows.reporting import TrainingReporter
 def train_ict_stage(output: str, model_preset: str, params: IctParams, seed: int, device: str | None) -> dict:
     from realm.model.networks.config import ModelConfig
     from realm.model.networks.device import select_device
-    from realm.model.training.train_ict import train_ict
+    from realm.model.training.train_ict import IctTrainer
 
     layout = RunLayout.at(output)
     reporter = TrainingReporter("ict", layout.reports, params.steps)
-    result = train_ict(
-        layout.ict_examples,
-        layout.checkpoints("ict"),
-        ModelConfig.preset(model_preset),
-        params,
-        progress=reporter,
-        device=select_device(device),
-        seed=seed,
+    trainer = IctTrainer(
+        layout.ict_examples, layout.checkpoints("ict"), ModelConfig.preset(model_preset), params,
+        device=select_device(device), seed=seed,
     )
+    result = trainer.run(reporter)
     reporter.publish_curves()
     get_run_logger().info(
         "ICT: held-out top-1 retrieval accuracy %.3f on %d examples (checkpoint %s)",
@@ -53,4 +49,5 @@ def train_ict_stage(output: str, model_preset: str, params: IctParams, seed: int
 def ict_warm_start(run: RunParams = RunParams(), params: IctParams = IctParams()) -> dict:
     layout = RunLayout.at(run.output)
     layout.record_model_preset(run.model_preset)
-    return cached_in_run(train_ict_stage, layout)(str(layout.root), run.model_preset, params, run.seed, run.device)
+    stage = cached_in_run(train_ict_stage, layout, reads=[layout.ict_examples], writes=[layout.checkpoints("ict")])
+    return stage(str(layout.root), run.model_preset, params, run.seed, run.device)

@@ -45,19 +45,8 @@ class PrepareParams(BaseModel):
 IctParams = IctConfig
 
 
-class PretrainParams(PretrainConfig):
-    """The pre-training settings (`PretrainConfig`) plus what the flow's loop reads: the
-    refresh cadence and the evaluations."""
-
-    refresh_every: int = Field(
-        100, ge=1, description="steps between asynchronous index refreshes (none with cached_doc_embeddings)"
-    )
-    eval_every: int | None = Field(
-        None, description="steps between held-out masked-span evaluations (None: only after the last step)"
-    )
-    untrained_eval_examples: int = Field(
-        0, ge=0, description="after the last step, also evaluate on up to this many training examples no step has drawn"
-    )
+# The pre-training stage's flow reads nothing beyond the trainer's settings (its loop is the trainer's).
+PretrainParams = PretrainConfig
 
 
 # The reader warm-up's flow reads nothing beyond the trainer's settings.

@@ -25,16 +25,17 @@ def train_reader_warmup_stage(
     from realm.model.training.cloze_questions import cloze_questions
     from realm.model.networks.config import ModelConfig
     from realm.model.networks.device import select_device
-    from realm.model.training.train_finetune import train_finetune
+    from realm.model.training.train_finetune import FinetuneTrainer
 
     layout = RunLayout.at(output)
     questions = cloze_questions(layout.pretrain_examples, params.questions, seed, params.max_question_wordpieces)
     get_run_logger().info("reader warm-up on %d cloze questions from %s", len(questions), layout.pretrain_examples)
     reporter = TrainingReporter("warmup", layout.reports)
-    result = train_finetune(
+    trainer = FinetuneTrainer(
         questions, layout.blocks, index_path, init_checkpoint, layout.checkpoints("warmup"),
-        ModelConfig.preset(model_preset), params, progress=reporter, device=select_device(device), seed=seed,
+        ModelConfig.preset(model_preset), params, device=select_device(device), seed=seed,
     )
+    result = trainer.run(reporter)
     reporter.publish_curves()
     get_run_logger().info(
         "reader warm-up: %d steps on %d cloze questions with an answer among their candidates (%d without); "
@@ -65,6 +66,8 @@ def reader_warmup(
     layout.record_model_preset(run.model_preset)
     init_checkpoint = init_checkpoint or required(latest_checkpoint(layout.checkpoints("pretrain")), "pre-training checkpoint")
     index_path = index_path or required(latest_published(layout.index), "published index")
-    return cached_in_run(train_reader_warmup_stage, layout)(
-        str(layout.root), run.model_preset, params, run.seed, run.device, str(init_checkpoint), str(index_path)
+    stage = cached_in_run(
+        train_reader_warmup_stage, layout, reads=[layout.pretrain_examples, layout.blocks, init_checkpoint, index_path],
+        writes=[layout.checkpoints("warmup")],
     )
+    return stage(str(layout.root), run.model_preset, params, run.seed, run.device, str(init_checkpoint), str(index_path))

@@ -1,18 +1,18 @@
 """`realm-pretrain`: salient-span MLM over retrieved blocks, with the index refreshed asynchronously.
 
-The flow runs the training loop; every `refresh_every` steps it saves a snapshot of the doc
-tower and submits `refresh_index`, which re-embeds every block with that snapshot and
-publishes a new MIPS index (temp dir + rename) while training goes on. Each step the loop
-checks the refresh; once published, the trainer swaps the new index in and the staleness
-(steps between snapshot and swap) is logged. A killed run restarts from its last checkpoint
-and the newest *published* index; a half-written index is never opened. With the doc tower
-frozen (`cached_doc_embeddings`) there is nothing to refresh: the run trains against the
-index its tower built, and fine-tuning reads that one.
+The trainer (`realm.model.training.train_pretrain.PretrainTrainer.run`) runs the loop; every
+`refresh_every` steps it saves a snapshot of the doc tower and asks this flow for a refresh:
+the `refresh_index` task re-embeds every block with that snapshot and publishes a new MIPS
+index (temp dir + rename) while training goes on. Each step the trainer checks the refresh;
+once published, it swaps the new index in and logs the staleness (steps between snapshot and
+swap). The flow logs the progress and the evaluations, draws the curves and publishes the
+summary and the refreshes as artifacts. A killed run restarts from its last checkpoint and
+the index that checkpoint trained against; a half-written index is never opened. With the
+doc tower frozen (`cached_doc_embeddings`) there is nothing to refresh: the run trains against
+the index its tower built, and fine-tuning reads that one.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -47,11 +47,20 @@ def refresh_index(
     return {"path": str(path), "snapshot_step": snapshot_step, "seconds": seconds}
 
 
-def _load_published(index_path: str):
-    from realm.model.index.mips import MipsIndex
-    from realm.model.publish import read_manifest
+class _RefreshTaskRun:
+    """A submitted `refresh_index` task run, as the trainer's `PendingRefresh`."""
 
-    return MipsIndex.load(index_path), int(read_manifest(index_path)["checkpoint_step"])
+    def __init__(self, future):
+        self.future = future
+
+    def done(self) -> bool:
+        return self.future.state.is_final()
+
+    def result(self) -> dict:
+        return self.future.result()  # raises the task's error once its retries are spent
+
+    def wait(self) -> None:
+        self.future.wait()
 
 
 @flow(name="realm-pretrain")
@@ -62,100 +71,46 @@ def realm_pretrain(
     from realm.model.networks.checkpoint import latest_checkpoint
     from realm.model.networks.config import ModelConfig
     from realm.model.networks.device import select_device
-    from realm.model.index.mips import latest_published
-    from realm.model.index.refresh import IndexRefreshScheduler
-    from realm.model.training.stage_settings import PretrainConfig
-    from realm.model.training.train_pretrain import PretrainTrainer, attach_index
+    from realm.model.training.train_pretrain import HELD_OUT, PretrainHooks, PretrainTrainer
 
     logger = get_run_logger()
     layout = RunLayout.at(run.output)
     layout.record_model_preset(run.model_preset)
-    model_config = ModelConfig.preset(run.model_preset)
     if init_retriever is None and (ict := latest_checkpoint(layout.checkpoints("ict"))) is not None:
         init_retriever = str(ict)
     trainer = PretrainTrainer(
-        layout.blocks, layout.pretrain_examples, layout.checkpoints("pretrain"), model_config,
-        PretrainConfig(**params.model_dump(include=set(PretrainConfig.model_fields))),
-        init_retriever=init_retriever, device=select_device(run.device), seed=run.seed,
+        layout.blocks, layout.pretrain_examples, layout.checkpoints("pretrain"), ModelConfig.preset(run.model_preset),
+        params, init_retriever=init_retriever, device=select_device(run.device), seed=run.seed,
     )
     logger.info("pre-training from step %d to %d (retriever init: %s)", trainer.step, params.steps, init_retriever)
-
-    def submit_refresh():
-        snapshot = trainer.snapshot_doc_tower(str(layout.snapshots / str(trainer.step)))
-        return refresh_index.submit(
-            str(layout.root), run.model_preset, snapshot, trainer.step, params.max_block_wordpieces,
-            params.keep_checkpoints, run.device,
-        )
-
-    # On resume: the index the checkpoint was training against, so no step sees another one.
-    attached = attach_index(trainer, layout.index, layout.embeddings, str(layout.snapshots))
-    logger.info("training against index %s", attached)
-
-    # A frozen doc tower (cached mode) never changes, so re-embedding the corpus with it would
-    # rebuild the index in use (`attach_index` gave the one the tower built or, on resume, the
-    # one the checkpoint trained against).
-    refresh_every = None if params.cached_doc_embeddings else params.refresh_every
-    if refresh_every is None:
-        logger.info("doc tower frozen (cached_doc_embeddings): the index of step %d stays current", trainer.index_snapshot_step)
-    scheduler = IndexRefreshScheduler(
-        refresh_every, index_snapshot_step=trainer.index_snapshot_step, last_start_step=trainer.index_snapshot_step
-    )
     reporter = TrainingReporter("pretrain", layout.reports, params.steps)
-    refreshes: list[dict] = []
-    pending = None
-    while trainer.step < params.steps:
-        if pending is None and scheduler.is_time_to_refresh(trainer.step):
-            scheduler.refresh_started(trainer.step)
-            pending = submit_refresh()
-        if pending is not None and pending.state.is_final():
-            if not pending.state.is_completed():
-                scheduler.refresh_failed()
-                pending.result()  # raises the refresh's error: retries are spent, so fail loudly
-            refreshed = pending.result()
-            index, snapshot_step = _load_published(refreshed["path"])
-            staleness = trainer.swap_index(index, snapshot_step)
-            scheduler.refresh_swapped(trainer.step)
-            refreshes.append({**refreshed, "swapped_at_step": trainer.step, "staleness_steps": staleness})
-            logger.info("swapped in index from step %d at step %d (staleness %d steps)", snapshot_step, trainer.step, staleness)
-            pending = None
-        metrics = trainer.train_step()
-        if trainer.step % params.log_every == 0 or trainer.step == params.steps:
-            reporter(metrics)
-        if trainer.step % params.checkpoint_every == 0:
-            trainer.save_checkpoint()
-        if params.eval_every and trainer.step % params.eval_every == 0 and trainer.step < params.steps:
-            _log_heldout(logger, reporter, trainer)
-    if pending is not None:
-        pending.wait()
-    checkpoint = trainer.save_checkpoint()
 
-    # Fine-tuning reads a fixed index built by the final doc tower: with the tower frozen, the
-    # one in use (a newer one may exist from before a resume with the tower frozen).
-    if params.cached_doc_embeddings:
-        final = Path(layout.index) / str(trainer.index_snapshot_step)
-    else:
-        final = latest_published(layout.index)
-        if final is None or int(Path(final).name) != trainer.step:
-            final = Path(submit_refresh().result()["path"])
-    evaluations = {"held-out": _log_heldout(logger, reporter, trainer)}
-    if params.untrained_eval_examples:
-        untrained = trainer.evaluate_masked_spans(trainer.untrained_rows(params.untrained_eval_examples))
-        _log_evaluation(logger, trainer.step, "never-trained-on", untrained)
-        evaluations["never trained on"] = untrained
+    def refresh(snapshot_dir: str, snapshot_step: int) -> _RefreshTaskRun:
+        return _RefreshTaskRun(refresh_index.submit(
+            str(layout.root), run.model_preset, snapshot_dir, snapshot_step, params.max_block_wordpieces,
+            params.keep_checkpoints, run.device,
+        ))
+
+    def evaluated(step: int, which: str, evaluation: dict) -> None:
+        _log_evaluation(logger, step, which, evaluation)
+        if which == HELD_OUT:  # the curves' points; another set at the same step would overwrite them
+            reporter.record({"step": step, **evaluation})
+
+    result = trainer.run(PretrainHooks(reporter, evaluated, refresh), layout.index, layout.embeddings, str(layout.snapshots))
     reporter.publish_curves(("loss", "retrieval_entropy", "accuracy_with_retrieval", "accuracy_null_only"))
-    _publish_summary(evaluations, refreshes)
-    result = {"checkpoint": str(checkpoint), "index": str(final), "step": trainer.step, **evaluations["held-out"]}
-    if "never trained on" in evaluations:
-        result["untrained"] = evaluations["never trained on"]
-    return {**result, "refreshes": refreshes}
+    _publish_summary(result.evaluations, result.refreshes)
+    return _flow_result(result)
 
 
-def _log_heldout(logger, reporter: TrainingReporter, trainer) -> dict:
-    """Evaluate the held-out masked spans now; logged, and recorded with the step in the metrics file."""
-    evaluation = trainer.evaluate_masked_spans()
-    _log_evaluation(logger, trainer.step, "held-out", evaluation)
-    reporter.record({"step": trainer.step, **evaluation})
-    return evaluation
+def _flow_result(result) -> dict:
+    """What the flow returns (plain JSON): checkpoint, index, step, the held-out evaluation's
+    keys, `untrained` (the never-trained-on evaluation, when asked for) and the refreshes."""
+    from realm.model.training.train_pretrain import HELD_OUT, NEVER_TRAINED_ON
+
+    summary = {"checkpoint": result.checkpoint, "index": result.index, "step": result.step, **result.evaluations[HELD_OUT]}
+    if NEVER_TRAINED_ON in result.evaluations:
+        summary["untrained"] = result.evaluations[NEVER_TRAINED_ON]
+    return {**summary, "refreshes": result.refreshes}
 
 
 def _log_evaluation(logger, step: int, which: str, evaluation: dict) -> None:

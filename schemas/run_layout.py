@@ -4,6 +4,7 @@ contract like the Parquet schemas beside it: it imports nothing above them.
     <root>/documents, blocks, pretrain_examples, ict_examples, dead_letter, summary   (prepare)
     <root>/checkpoints/{ict,pretrain,warmup,finetune}/<step>/   save_pretrained components + state
     <root>/checkpoints/{warmup,finetune}/best/<step>/    the best validated one
+    <root>/checkpoints/<stage>.superseded-<n>/           a stage set aside when its inputs changed
     <root>/snapshots/<step>/doc_embedder                 doc tower snapshots the refresh embeds with
     <root>/embeddings/<step>/, <root>/index/<step>/      refreshed doc embeddings and MIPS indexes
     <root>/bm25/<step>/                                  BM25 index over the blocks (BERT-Baseline)

@@ -5,7 +5,8 @@ A refresh snapshots the doc tower at some step, re-embeds the corpus and builds 
 while training goes on; the loop swaps the new index in later. Staleness of a swap is the
 number of steps between its snapshot and the swap. At most one refresh is in flight.
 `refresh_every_steps = None` never refreshes: a frozen doc tower keeps its index current.
-Running the refresh asynchronously is the flows layer's job; this object only keeps count.
+Running the refresh is the caller's job (the pre-training loop asks the flow for it,
+`realm.model.training.pretrain_index`); this object only keeps count.
 """
 
 from __future__ import annotations

@@ -4,6 +4,12 @@ manifest (`realm.model.publish`). `latest_checkpoint` and `best_checkpoint` retu
 checkpoint whose files match its manifest, so a run whose newest checkpoint was damaged
 resumes from the one before it.
 
+Paths a checkpoint records (`paths`: the index it trains against, the checkpoint its stage
+started from) are stored relative to the checkpoint's own directory and resolved against it
+on read, so a run folder copied or moved elsewhere names what is inside the copy. A stage's
+`inputs` (what it was trained on, `realm.model.training.stage_inputs`) go into the manifest,
+where they are read without loading the training state.
+
 Resume order matters: `load_components` builds the models from the checkpoint, the caller
 builds its optimizer/scheduler over them exactly as before, then `restore_training_state`
 loads their state and the RNG streams (python, numpy, torch, CUDA), so the next step draws
@@ -23,7 +29,7 @@ import torch
 from transformers import PreTrainedModel
 
 from realm.model.networks.encoder import KnowledgeAugmentedEncoder
-from realm.model.publish import latest_verified, publish, staging_dir
+from realm.model.publish import MANIFEST_FILE, latest_verified, publish, read_manifest, staging_dir
 from realm.model.networks.reader import Reader
 from realm.model.networks.retriever import Embedder
 
@@ -39,10 +45,15 @@ COMPONENT_CLASSES: dict[str, type[PreTrainedModel]] = {
 }
 
 
+# A recorded path: one path, a list of them, or None.
+RecordedPath = str | os.PathLike | list[str | os.PathLike] | None
+
+
 @dataclass
 class TrainingState:
     step: int
     extra: dict = field(default_factory=dict)  # the caller's own resumable state (data position, ...)
+    paths: dict[str, RecordedPath] = field(default_factory=dict)  # `save_checkpoint`'s, resolved
 
 
 def save_checkpoint(
@@ -54,11 +65,15 @@ def save_checkpoint(
     extra: dict | None = None,
     keep: int | None = None,
     uses: Iterable[str | os.PathLike | None] = (),
+    paths: Mapping[str, RecordedPath] | None = None,
+    inputs: dict | None = None,
 ) -> Path:
     """Publish `<root>/<step>/` atomically; `components` maps names in COMPONENT_CLASSES to
     models. `keep`: the newest checkpoints to keep (None: all); `uses`: published step
     directories this checkpoint depends on (its index, the checkpoint its stage started
-    from; None entries are skipped), kept whatever their age (`realm.model.publish.prune`)."""
+    from; None entries are skipped), kept whatever their age (`realm.model.publish.prune`).
+    `paths` are stored relative to `<root>/<step>/` (`checkpoint_paths` resolves them);
+    `inputs`, plain JSON, go into the manifest (`checkpoint_inputs`)."""
     unknown = set(components) - set(COMPONENT_CLASSES)
     if unknown:
         raise ValueError(f"unknown components {sorted(unknown)}; expected some of {list(COMPONENT_CLASSES)}")
@@ -72,9 +87,11 @@ def save_checkpoint(
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "rng": _capture_rng(),
         "extra": extra or {},
+        "paths": {name: _relative(value, Path(root) / str(step)) for name, value in (paths or {}).items()},
     }
     torch.save(state, staging / TRAINING_STATE_FILE)
-    return publish(staging, root, step, keep, uses=[path for path in uses if path is not None])
+    metadata = None if inputs is None else {"inputs": inputs}
+    return publish(staging, root, step, keep, uses=[path for path in uses if path is not None], metadata=metadata)
 
 
 def latest_checkpoint(root: str | os.PathLike) -> Path | None:
@@ -102,6 +119,20 @@ def checkpoint_extra(path: str | os.PathLike) -> dict:
     return torch.load(Path(path) / TRAINING_STATE_FILE, weights_only=True)["extra"]
 
 
+def checkpoint_paths(path: str | os.PathLike) -> dict[str, RecordedPath]:
+    """The `paths` saved with checkpoint `path`, resolved against where it is now ({} for a
+    checkpoint written before paths were recorded)."""
+    state = torch.load(Path(path) / TRAINING_STATE_FILE, weights_only=True)
+    return _resolved(state.get("paths", {}), path)
+
+
+def checkpoint_inputs(path: str | os.PathLike) -> dict | None:
+    """The `inputs` checkpoint `path` records in its manifest (None: it records none)."""
+    if not (Path(path) / MANIFEST_FILE).is_file():
+        return None
+    return read_manifest(path).get("inputs")
+
+
 def restore_training_state(
     path: str | os.PathLike,
     optimizer: torch.optim.Optimizer | None = None,
@@ -121,7 +152,26 @@ def restore_training_state(
                     "model preset or an older realm? Resume with the settings it was saved with, or start a new run root"
                 ) from error
     _restore_rng(state["rng"])
-    return TrainingState(step=state["step"], extra=state["extra"])
+    return TrainingState(step=state["step"], extra=state["extra"], paths=_resolved(state.get("paths", {}), path))
+
+
+def _relative(value: RecordedPath, directory: Path) -> RecordedPath:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [_relative(item, directory) for item in value]
+    return os.path.relpath(os.path.abspath(value), os.path.abspath(directory))
+
+
+def _resolved(paths: dict[str, RecordedPath], directory: str | os.PathLike) -> dict[str, RecordedPath]:
+    def resolve(value: RecordedPath) -> RecordedPath:
+        if value is None:
+            return None
+        if isinstance(value, list):
+            return [resolve(item) for item in value]
+        return os.path.normpath(os.path.join(os.path.abspath(directory), value))
+
+    return {name: resolve(value) for name, value in paths.items()}
 
 
 def _capture_rng() -> dict:

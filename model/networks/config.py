@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
+import transformers
 from transformers import BertConfig, PreTrainedModel
 
 from realm.model.tokenization import WordPieceTokenizer, default_model_dir, load_tokenizer
@@ -160,3 +161,10 @@ def build_component(component_cls: type[ComponentT], config: ModelConfig) -> Com
                 ", ".join(heads),
             )
     return model
+
+
+def set_transformers_verbosity_error() -> None:
+    """Silence transformers' per-load warnings and progress bars (missing heads are logged by
+    `build_component` in one line instead)."""
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()

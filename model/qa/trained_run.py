@@ -7,15 +7,12 @@ knowledge corpus indexed for the run (`realm index`, `realm.model.qa.other_corpu
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from realm.model.index.mips import latest_published
-from realm.model.networks.checkpoint import best_checkpoint, checkpoint_extra
+from realm.model.networks.checkpoint import best_checkpoint, checkpoint_extra, checkpoint_paths
 from realm.schemas.run_layout import RunLayout
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -58,17 +55,21 @@ class TrainedRun:
 
 
 def trained_index(layout: RunLayout, checkpoint: str | Path) -> Path | None:
-    """The index a fine-tuned checkpoint was trained against (recorded in it; it may live in
-    another run root, as in a reproduction), else the run's newest: the dense `index/` when the
-    checkpoint has a query tower, `bm25/` when it was fine-tuned on BM25's blocks. A recorded
-    index that is there is the one returned even when damaged (loading it names the file):
-    another index would answer without a word, from vectors the query tower never met. One
-    that is gone (a run moved elsewhere) falls back to the newest, with a warning."""
-    recorded = checkpoint_extra(checkpoint).get("index_path")
-    if recorded and Path(recorded).is_dir():
-        return Path(recorded)
-    dense = (Path(checkpoint) / "query_embedder").is_dir()
-    newest = latest_published(layout.index if dense else layout.bm25)
-    if recorded:
-        log.warning("%s: the index it was fine-tuned against, %s, is gone; answering from %s", checkpoint, recorded, newest)
-    return newest
+    """The index a fine-tuned checkpoint was trained against, recorded in it relative to it (it
+    may live in another run root, as in a reproduction). A recorded index that is there is the
+    one returned even when damaged (loading it names the file); one that is gone is a
+    FileNotFoundError naming its step and path: never another index in its place, which would
+    answer without a word, from vectors the query tower never met. A checkpoint that records
+    none (not written by fine-tuning) answers with the run's newest: the dense `index/` when
+    the checkpoint has a query tower, `bm25/` else."""
+    # Checkpoints written before paths were recorded relative hold an absolute `index_path`.
+    recorded = checkpoint_paths(checkpoint).get("index") or checkpoint_extra(checkpoint).get("index_path")
+    if recorded is None:
+        dense = (Path(checkpoint) / "query_embedder").is_dir()
+        return latest_published(layout.index if dense else layout.bm25)
+    if not Path(recorded).is_dir():
+        raise FileNotFoundError(
+            f"{checkpoint} was fine-tuned against the index of step {Path(recorded).name} ({recorded}), "
+            "which is not there; restore it, or name the index to answer with"
+        )
+    return Path(recorded)

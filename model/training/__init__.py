@@ -1,1 +1,1 @@
-"""Training: each stage's settings, the ICT, pre-training and fine-tuning trainers with what they alone use, and the loop plumbing they share."""
+"""Training: each stage's settings, the trainer every stage shares (start, resume, step loop, checkpoints), the ICT, pre-training and fine-tuning trainers with what they alone use, and the optimizer and example order they share (their progress meter is `realm.model.progress`)."""

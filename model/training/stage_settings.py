@@ -94,6 +94,15 @@ class PretrainConfig(RetentionConfig):
     retriever_frozen_steps: int = Field(
         1000, ge=0, description="no gradient into either retriever tower before this step, while the fresh MLM head learns to read"
     )
+    refresh_every: int = Field(
+        100, ge=1, description="steps between asynchronous index refreshes (none with cached_doc_embeddings)"
+    )
+    eval_every: int | None = Field(
+        None, description="steps between held-out masked-span evaluations (None: only after the last step)"
+    )
+    untrained_eval_examples: int = Field(
+        0, ge=0, description="after the last step, also evaluate on up to this many training examples no step has drawn"
+    )
 
 
 class FinetuneConfig(RetentionConfig):

@@ -10,7 +10,8 @@ into both towers. The `heldout_examples` whose ids hash lowest are never trained
 mean-pooled, projected by PCA of pooled contexts; with `steps = 0` that start is published
 as it is, a retriever with no ICT training. Checkpoints (`checkpoints/<step>/` with
 query_embedder and doc_embedder) resume exactly: the batch of step s is a function of
-(seed, s). The Prefect flow calls `train_ict`.
+(seed, s). `IctTrainer(...).run(progress)` trains (`realm.model.training.trainer` holds
+its loop); the Prefect flow calls it.
 """
 
 from __future__ import annotations
@@ -23,26 +24,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from realm.model.networks.checkpoint import save_checkpoint
 from realm.model.networks.config import ModelConfig, build_component
-from realm.model.networks.device import autocast, select_device
+from realm.model.networks.device import autocast
 from realm.model.networks.inputs import length_sorted_groups, pad_batch
 from realm.model.networks.marginal import mask_log_scores
 from realm.model.networks.retriever import Embedder, Retriever, fit_projection_pca
-from realm.model.training.stage_settings import IctConfig
 from realm.model.tokenization import WordPieceTokenizer, join
-from realm.model.progress import Progress
-from realm.model.training.loop import (
-    ProgressFn,
-    apply_update,
-    batch_rows,
-    build_optimizer,
-    build_scheduler,
-    heldout_split,
-    latest_resume_point,
-    seed_everything,
-    set_transformers_verbosity_error,
-)
+from realm.model.training.example_order import batch_rows, heldout_split
+from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
+from realm.model.training.stage_inputs import stage_inputs
+from realm.model.training.stage_settings import IctConfig
+from realm.model.training.trainer import ProgressFn, Trainer
 from realm.schemas import ICT_EXAMPLES, read_table
 
 log = logging.getLogger(__name__)
@@ -147,75 +139,73 @@ def heldout_accuracy(
     return correct / len(examples)
 
 
-def train_ict(
-    ict_examples_path: str,
-    checkpoint_root: str,
-    model_config: ModelConfig,
-    config: IctConfig,
-    progress: ProgressFn | None = None,
-    device: torch.device | None = None,
-    seed: int = 0,
-) -> dict:
-    """Train both towers by ICT to `config.steps`, resuming from the newest checkpoint under
-    `checkpoint_root`; returns {step, checkpoint, heldout_accuracy, heldout_examples,
-    steps_per_s, final_loss} (final_loss: of the last step trained, here or before a resume)."""
-    set_transformers_verbosity_error()
-    device = device or select_device()
-    tokenizer = model_config.tokenizer()
-    examples = read_table(ict_examples_path, ICT_EXAMPLES, columns=ICT_COLUMNS).to_pylist()
-    train_rows, heldout_rows = heldout_split([example["example_id"] for example in examples], config.heldout_examples)
+class IctTrainer(Trainer):
+    """ICT of both towers (module docstring): resumes from the newest checkpoint under
+    `checkpoint_root`, else starts from `fresh_towers`; `run` trains to `config.steps`."""
 
-    seed_everything(seed)
-    resume = latest_resume_point(checkpoint_root, device)
-    if resume:
-        towers = resume.components
-    else:  # the PCA projection sees training contexts only
-        towers = fresh_towers(model_config, config, tokenizer, [examples[row] for row in train_rows], device, seed)
-    retriever = Retriever(towers["query_embedder"], towers["doc_embedder"]).to(device).train()
-    optimizer = build_optimizer([retriever.query_embedder, retriever.doc_embedder], config.learning_rate)
-    scheduler = build_scheduler(optimizer, config.warmup_steps, config.steps)
-    state = resume.restore(optimizer, scheduler) if resume else None
-    step = state.step if state else 0
-    final_loss = state.extra.get("loss") if state else None
-    checkpoint = resume.checkpoint if resume else None
-    meter = Progress(config.steps, start_step=step)
-    log.info(
-        "ICT: %d training / %d held-out examples, from step %d to %d",
-        len(train_rows), len(heldout_rows), step, config.steps,
-    )
-
-    def save() -> str:
-        components = {"query_embedder": retriever.query_embedder, "doc_embedder": retriever.doc_embedder}
-        return str(save_checkpoint(
-            checkpoint_root, step, components, optimizer, scheduler, extra={"loss": final_loss}, keep=config.keep_checkpoints
-        ))
-
-    while step < config.steps:
-        batch = [examples[row] for row in batch_rows(train_rows, config.batch_size, seed, step)]
-        queries, contexts = ict_sequences(tokenizer, batch, config)
-        with autocast(device, model_config.cpu_bf16_autocast):
-            q = retriever.embed_queries(pad_batch(queries, tokenizer.pad_id).to(device))  # [batch, d]
-            d = retriever.embed_passages(pad_batch(contexts, tokenizer.pad_id).to(device))  # [batch, d]
-        loss, batch_accuracy = ict_loss(ict_scores(q, d, np.array([e["context_block_id"] for e in batch])))
-        final_loss = apply_update(loss, optimizer, scheduler, "ICT", step + 1)
-        step += 1
-        metrics = meter.update(
-            step, loss=final_loss, batch_accuracy=batch_accuracy, learning_rate=scheduler.get_last_lr()[0]
+    def __init__(
+        self,
+        ict_examples_path: str,
+        checkpoint_root: str,
+        model_config: ModelConfig,
+        config: IctConfig,
+        device: torch.device | None = None,
+        seed: int = 0,
+    ):
+        super().__init__(checkpoint_root, config, device, seed)
+        self.model_config = model_config
+        self.tokenizer = model_config.tokenizer()
+        self.examples = read_table(ict_examples_path, ICT_EXAMPLES, columns=ICT_COLUMNS).to_pylist()
+        self.train_rows, self.heldout_rows = heldout_split([e["example_id"] for e in self.examples], config.heldout_examples)
+        towers = self._start_components(  # the PCA projection sees training contexts only
+            lambda: fresh_towers(
+                model_config, config, self.tokenizer, [self.examples[row] for row in self.train_rows], self.device, seed
+            ),
+            stage_inputs(config, seed, {"examples": ict_examples_path}),
         )
-        if progress is not None and (step % config.log_every == 0 or step == config.steps):
-            progress(metrics)
-        if step % config.checkpoint_every == 0 or step == config.steps:
-            checkpoint = save()
-    if checkpoint is None:  # steps == 0 on a fresh run: still publish the starting towers
-        checkpoint = save()
+        self.retriever = Retriever(towers["query_embedder"], towers["doc_embedder"]).to(self.device).train()
+        optimizer = build_optimizer([self.retriever.query_embedder, self.retriever.doc_embedder], config.learning_rate)
+        state = self._restore(optimizer, build_scheduler(optimizer, config.warmup_steps, config.steps), config.steps)
+        self.final_loss: float | None = state.extra.get("loss")  # of the last step trained, here or before a resume
+        log.info(
+            "ICT: %d training / %d held-out examples, from step %d to %d",
+            len(self.train_rows), len(self.heldout_rows), self.step, config.steps,
+        )
 
-    heldout = [examples[row] for row in heldout_rows]
-    accuracy = heldout_accuracy(retriever, tokenizer, heldout, config, device, model_config.cpu_bf16_autocast)
-    return {
-        "step": step,
-        "checkpoint": str(checkpoint),
-        "heldout_accuracy": accuracy,
-        "heldout_examples": len(heldout),
-        "steps_per_s": meter.steps_per_s(),
-        "final_loss": final_loss,
-    }
+    def train_step(self) -> dict:
+        batch = [self.examples[row] for row in batch_rows(self.train_rows, self.config.batch_size, self.seed, self.step)]
+        queries, contexts = ict_sequences(self.tokenizer, batch, self.config)
+        pad_id = self.tokenizer.pad_id
+        with autocast(self.device, self.model_config.cpu_bf16_autocast):
+            q = self.retriever.embed_queries(pad_batch(queries, pad_id).to(self.device))  # [batch, d]
+            d = self.retriever.embed_passages(pad_batch(contexts, pad_id).to(self.device))  # [batch, d]
+        loss, batch_accuracy = ict_loss(ict_scores(q, d, np.array([e["context_block_id"] for e in batch])))
+        self.final_loss = apply_update(loss, self.optimizer, self.scheduler, "ICT", self.step + 1)
+        self.step += 1
+        return self.meter.update(
+            self.step, loss=self.final_loss, batch_accuracy=batch_accuracy, learning_rate=self.scheduler.get_last_lr()[0]
+        )
+
+    def _checkpoint_components(self) -> dict[str, Embedder]:
+        return {"query_embedder": self.retriever.query_embedder, "doc_embedder": self.retriever.doc_embedder}
+
+    def _checkpoint_extra(self) -> dict:
+        return {"loss": self.final_loss}
+
+    def run(self, progress: ProgressFn | None = None) -> dict:
+        """Train to `config.steps`, then evaluate on the held-out examples; returns {step,
+        checkpoint, heldout_accuracy, heldout_examples, steps_per_s, final_loss}."""
+        self._train(progress)
+        heldout = [self.examples[row] for row in self.heldout_rows]
+        accuracy = heldout_accuracy(
+            self.retriever, self.tokenizer, heldout, self.config, self.device, self.model_config.cpu_bf16_autocast
+        )
+        return {
+            "step": self.step,
+            "checkpoint": self.last_checkpoint,
+            "heldout_accuracy": accuracy,
+            "heldout_examples": len(heldout),
+            "steps_per_s": self.meter.steps_per_s(),
+            "final_loss": self.final_loss,
+        }
+

@@ -5,45 +5,41 @@ with a MIPS index that is rebuilt from snapshots of the doc tower and swapped in
 encoder), the optimizer and the index in use; one `train_step` masks one salient span per
 example, retrieves top-k with the null document first and trivial retrievals excluded,
 rescores the candidates with the current θ and minimises −log Σ_z p(y|z,x) p(z|x)
-(`realm.model.training.pretrain_step`). The index lives outside the step:
-`realm.model.index.rebuild.rebuild_index` re-embeds the corpus with a saved doc-tower snapshot and publishes `index/<snapshot step>/`, safe in a
-background thread; `swap_index` puts a published index into use between steps.
-
-The driving loop belongs to the Prefect flow (`realm.flows.realm_pretrain`):
+(`realm.model.training.pretrain_step`). `run` is the loop (`realm.model.training.trainer`):
 
     trainer = PretrainTrainer(blocks, examples, checkpoints, model_config, config, init_retriever=ict_ckpt)
-    attach_index(trainer, index_root, embeddings_root, snapshot_root)   # before the first step
-    while trainer.step < config.steps:
-        when an IndexRefreshScheduler says so: snapshot = trainer.snapshot_doc_tower(...), then
-            submit rebuild_index(blocks, snapshot, ..., snapshot_step=trainer.step, max_block_wordpieces=...)
-        when a refresh has published: trainer.swap_index(MipsIndex.load(path), its snapshot step)
-        trainer.train_step(); trainer.save_checkpoint() / evaluate_masked_spans() as scheduled
+    result = trainer.run(PretrainHooks(progress, evaluated, refresh), index_root, embeddings_root, snapshot_root)
 
-`attach_index` gives the first index: on resume the one the checkpoint was using (exact
-resume), on a fresh run one built synchronously from the initial doc tower (`index/0/`).
+It attaches the first index (`realm.model.training.pretrain_index.attach_index`), asks for a
+refresh every `refresh_every` steps through `hooks.refresh` (the flow's Prefect task) and swaps
+each published one in between steps, checkpoints every `checkpoint_every` steps, evaluates the
+held-out masked spans every `eval_every` steps and at the end, and returns the final index.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import torch
 
 from realm.model.index.block_store import BlockStore
-from realm.model.networks.checkpoint import load_components, save_checkpoint
+from realm.model.index.mips import MipsIndex
+from realm.model.index.rebuild import fitted_block_batches
+from realm.model.networks.checkpoint import load_components
 from realm.model.networks.config import ModelConfig, build_component
-from realm.model.qa.paired_stats import mcnemar_exact_p_value
-from realm.model.training.stage_settings import PretrainConfig
-from realm.model.networks.device import autocast, select_device
+from realm.model.networks.device import autocast
 from realm.model.networks.encoder import KnowledgeAugmentedEncoder
 from realm.model.networks.marginal import LOG_ZERO
-from realm.model.index.mips import MipsIndex
-from realm.model.index.rebuild import fitted_block_batches, rebuild_index
+from realm.model.networks.retriever import Embedder, Retriever
+from realm.model.training.example_order import batch_rows, heldout_split, untrained_rows
+from realm.model.training.masked_span_accuracy import MaskedSpanTally, marginal_predictions, span_correct
+from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
+from realm.model.training.pretrain_index import IndexRefreshes, RefreshFn, attach_index
 from realm.model.training.pretrain_step import (
     PretrainBatch,
     candidate_embeddings,
@@ -54,24 +50,36 @@ from realm.model.training.pretrain_step import (
     retrieve,
     span_in_candidates,
 )
-from realm.model.networks.retriever import Embedder, Retriever
-from realm.model.progress import Progress
-from realm.model.training.loop import (
-    apply_update,
-    batch_rows,
-    build_optimizer,
-    build_scheduler,
-    heldout_split,
-    latest_resume_point,
-    seed_everything,
-    set_transformers_verbosity_error,
-    untrained_rows,
-)
+from realm.model.training.stage_inputs import stage_inputs
+from realm.model.training.stage_settings import PretrainConfig
+from realm.model.training.trainer import ProgressFn, Trainer
 from realm.schemas import PRETRAIN_EXAMPLES, read_table
 
 log = logging.getLogger(__name__)
 
 EXAMPLE_COLUMNS = ["example_id", "origin_block_id", "forbidden_block_ids", "token_ids", "masked_token_positions"]
+# The examples `run` evaluates on: never trained on by construction, and (with
+# `untrained_eval_examples`) training examples no step has drawn yet.
+HELD_OUT = "held-out"
+NEVER_TRAINED_ON = "never trained on"
+
+
+@dataclass(frozen=True)
+class PretrainHooks:
+    """What the loop calls out to; the flow supplies Prefect's logging, artifacts and refresh task."""
+
+    progress: ProgressFn  # `train_step`'s dict, every `log_every` steps and at the last
+    evaluated: Callable[[int, str, dict], None]  # (step, HELD_OUT or NEVER_TRAINED_ON, `evaluate_masked_spans`' dict)
+    refresh: RefreshFn
+
+
+@dataclass(frozen=True)
+class PretrainResult:
+    step: int
+    checkpoint: str
+    index: str  # built by the final doc tower: what fine-tuning reads
+    evaluations: dict[str, dict]  # by the examples evaluated (HELD_OUT, NEVER_TRAINED_ON)
+    refreshes: list[dict]  # one per swap (`IndexRefreshes.records`)
 
 
 @dataclass(frozen=True)
@@ -83,22 +91,8 @@ class _StepOutputs:
     span_in_candidates: np.ndarray  # [batch] bool, see `realm.model.training.pretrain_step.span_in_candidates`
 
 
-def span_correct(predictions: torch.Tensor, batch: PretrainBatch) -> torch.Tensor:
-    """[batch] bool: every masked wordpiece of the example predicted exactly."""
-    wrong = (predictions.cpu() != batch.mlm_targets) & batch.mlm_mask
-    return ~wrong.any(dim=1)
-
-
-def marginal_predictions(log_p_z_given_x: torch.Tensor, vocab_log_probs: torch.Tensor) -> torch.Tensor:
-    """argmax_v Σ_z p(z|x) p(v|z,x) at each masked slot: log_p_z_given_x [batch, k],
-    vocab_log_probs [batch, k, max_masks, vocab] -> [batch, max_masks]. Per position, like
-    the MLM objective itself (which factorises over the masked wordpieces given z)."""
-    marginal = torch.logsumexp(log_p_z_given_x[:, :, None, None] + vocab_log_probs, dim=1)  # [batch, max_masks, vocab]
-    return marginal.argmax(dim=-1)
-
-
-class PretrainTrainer:
-    """REALM pre-training state and step; see the module docstring for the driving loop.
+class PretrainTrainer(Trainer):
+    """REALM pre-training state, step and loop (module docstring).
 
     Resumes from the newest checkpoint under `checkpoint_root` (components, optimizer,
     scheduler, RNG, and in `extra` the index snapshot step in use); otherwise the towers come
@@ -117,10 +111,8 @@ class PretrainTrainer:
         device: torch.device | None = None,
         seed: int = 0,
     ):
-        set_transformers_verbosity_error()
-        self.blocks_path, self.checkpoint_root = blocks_path, checkpoint_root
-        self.model_config, self.config, self.seed = model_config, config, seed
-        self.device = device or select_device()
+        super().__init__(checkpoint_root, config, device, seed)
+        self.blocks_path, self.model_config = blocks_path, model_config
         self.tokenizer = model_config.tokenizer()
         self.blocks = BlockStore(
             pa.Table.from_batches(list(fitted_block_batches(blocks_path, config.max_block_wordpieces)))
@@ -128,26 +120,23 @@ class PretrainTrainer:
         self.examples = read_table(examples_path, PRETRAIN_EXAMPLES, columns=EXAMPLE_COLUMNS).to_pylist()
         self.train_rows, self.heldout_rows = heldout_split([e["example_id"] for e in self.examples], config.heldout_examples)
 
-        seed_everything(seed)
-        resume = latest_resume_point(checkpoint_root, self.device)
-        components = resume.components if resume else self._fresh_components(init_retriever)
+        inputs = stage_inputs(
+            config, seed, {"blocks": blocks_path, "examples": examples_path, "init_retriever": init_retriever}
+        )
+        components = self._start_components(lambda: self._fresh_components(init_retriever), inputs)
         self.retriever = Retriever(
             components["query_embedder"], components["doc_embedder"], freeze_doc_tower=config.cached_doc_embeddings
         ).to(self.device)
         self.encoder: KnowledgeAugmentedEncoder = components["encoder"].to(self.device)
         modules = [self.retriever.query_embedder, self.retriever.doc_embedder, self.encoder]
-        self.optimizer = build_optimizer(modules, config.learning_rate)
-        self.scheduler = build_scheduler(self.optimizer, config.warmup_steps, config.steps)
-        state = resume.restore(self.optimizer, self.scheduler) if resume else None
-        extra = state.extra if state else {}
-        self.step: int = state.step if state else 0
-        self.index_snapshot_step: int | None = extra.get("index_snapshot_step")
-        # Recorded in every checkpoint, so retention keeps the checkpoint this run started from.
-        self.init_retriever: str | None = extra.get("init_retriever") if resume else init_retriever
-        self.last_checkpoint: str | None = str(resume.checkpoint) if resume else None
+        optimizer = build_optimizer(modules, config.learning_rate)
+        state = self._restore(optimizer, build_scheduler(optimizer, config.warmup_steps, config.steps), config.steps)
+        self.index_snapshot_step: int | None = state.extra.get("index_snapshot_step")
+        # Every checkpoint uses it, so retention keeps the checkpoint this stage started from (on
+        # resume the same content as the one it started from: it is one of the stage's inputs).
+        self.init_retriever = init_retriever
         self._index: MipsIndex | None = None
         self._index_lock = threading.Lock()
-        self.meter = Progress(config.steps, start_step=self.step)
         log.info(
             "pre-training: %d blocks, %d training / %d held-out examples, from step %d",
             len(self.blocks.block_ids), len(self.train_rows), len(self.heldout_rows), self.step,
@@ -266,7 +255,7 @@ class PretrainTrainer:
         )
 
     def untrained_rows(self, count: int) -> np.ndarray:
-        """Up to `count` training examples no step so far has drawn (`training.untrained_rows`)."""
+        """Up to `count` training examples no step so far has drawn (`example_order.untrained_rows`)."""
         return untrained_rows(self.train_rows, self.config.batch_size, self.seed, self.step)[:count]
 
     @torch.no_grad()
@@ -287,72 +276,59 @@ class PretrainTrainer:
         rows = self.heldout_rows if rows is None else rows
         index = self._index_in_use()
         self._train_mode(False)
-        with_retrieval = null_only = in_candidates = only_with_retrieval = only_null = 0
-        in_candidates_with_retrieval = in_candidates_null_only = 0
+        tally = MaskedSpanTally()
         try:
             for start in range(0, len(rows), self.config.batch_size):
                 batch = self._batch(rows[start : start + self.config.batch_size])
                 outputs = self._forward(index, batch)
-                retrieval_right = span_correct(outputs.predictions, batch)
-                null_right = span_correct(outputs.null_predictions, batch)
-                with_retrieval += retrieval_right.sum().item()
-                null_only += null_right.sum().item()
-                only_with_retrieval += (retrieval_right & ~null_right).sum().item()
-                only_null += (null_right & ~retrieval_right).sum().item()
-                in_candidates += int(outputs.span_in_candidates.sum())
-                span_found = torch.from_numpy(outputs.span_in_candidates)  # [batch] bool
-                in_candidates_with_retrieval += (retrieval_right & span_found).sum().item()
-                in_candidates_null_only += (null_right & span_found).sum().item()
+                tally.add(
+                    span_correct(outputs.predictions, batch),
+                    span_correct(outputs.null_predictions, batch),
+                    outputs.span_in_candidates,
+                )
         finally:
             self._train_mode(True)
-        examples = len(rows)
-        return {
-            "accuracy_with_retrieval": with_retrieval / examples,
-            "accuracy_null_only": null_only / examples,
-            "span_in_candidates": in_candidates / examples,
-            "right_only_with_retrieval": only_with_retrieval,
-            "right_only_null": only_null,
-            "span_in_candidates_right_with_retrieval": in_candidates_with_retrieval,
-            "span_in_candidates_right_null_only": in_candidates_null_only,
-            "paired_p_value": mcnemar_exact_p_value(only_with_retrieval, only_null),
-            "examples": examples,
-        }
+        return tally.summary()
 
-    def save_checkpoint(self) -> str:
-        """Publish `checkpoints/<step>/` with all three components, optimizer, scheduler, RNG
-        and the index snapshot step in use; the index in use and the retriever checkpoint the
-        run started from are kept as long as the checkpoint is (`realm.model.publish.prune`)."""
-        components = {
+    # -- checkpoints and the loop ----------------------------------------------------------
+
+    def _checkpoint_components(self) -> dict:
+        return {
             "query_embedder": self.retriever.query_embedder,
             "doc_embedder": self.retriever.doc_embedder,
             "encoder": self.encoder,
         }
-        extra = {"index_snapshot_step": self.index_snapshot_step, "init_retriever": self.init_retriever}
-        published = save_checkpoint(
-            self.checkpoint_root, self.step, components, self.optimizer, self.scheduler, extra=extra,
-            keep=self.config.keep_checkpoints, uses=[self._index_in_use().path, self.init_retriever],
-        )
-        self.last_checkpoint = str(published)
-        return self.last_checkpoint
 
+    def _checkpoint_extra(self) -> dict:
+        return {"index_snapshot_step": self.index_snapshot_step}
 
-def attach_index(trainer: PretrainTrainer, index_root: str, embeddings_root: str, snapshot_root: str) -> str:
-    """Give `trainer` its first index: on resume, the published `<index_root>/<snapshot step>/`
-    it was training against (so the resumed run retrieves what the uninterrupted one would);
-    on a fresh run, or if that index is gone, one built now from its current doc tower.
-    Returns the published index path."""
-    if trainer.index_snapshot_step is not None:
-        published = Path(index_root) / str(trainer.index_snapshot_step)
-        if published.is_dir():
-            index = MipsIndex.load(published, trainer.model_config.retrieval_dim)
-            trainer.swap_index(index, trainer.index_snapshot_step)
-            return str(published)
-        log.warning("%s is gone; rebuilding the index from the doc tower of step %d", published, trainer.step)
-    snapshot = trainer.snapshot_doc_tower(str(Path(snapshot_root) / str(trainer.step)))
-    published = rebuild_index(
-        trainer.blocks_path, snapshot, embeddings_root, index_root, trainer.step, trainer.model_config,
-        trainer.config.keep_checkpoints, trainer.device, trainer.config.max_block_wordpieces,
-    )
-    trainer.swap_index(MipsIndex.load(published, trainer.model_config.retrieval_dim), trainer.step)
-    return published
+    def _checkpoint_uses(self) -> list[str | None]:
+        """The index in use and the retriever checkpoint the run started from live as long as
+        the checkpoint does (`realm.model.publish.prune`)."""
+        return [self._index_in_use().path, self.init_retriever]
 
+    def _evaluate(self, hooks: PretrainHooks, which: str, rows: np.ndarray | None = None) -> dict:
+        evaluation = self.evaluate_masked_spans(rows)
+        hooks.evaluated(self.step, which, evaluation)
+        return evaluation
+
+    def run(self, hooks: PretrainHooks, index_root: str, embeddings_root: str, snapshot_root: str) -> PretrainResult:
+        """Pre-train to `config.steps` against indexes published under `index_root` (their
+        embeddings under `embeddings_root`, the doc-tower snapshots they embed with under
+        `snapshot_root`); on resume, against the index the checkpoint was using, so no step
+        sees another one than the uninterrupted run's."""
+        log.info("training against index %s", attach_index(self, index_root, embeddings_root, snapshot_root))
+        refreshes = IndexRefreshes(self, hooks.refresh, snapshot_root)
+
+        def evaluate_on_schedule() -> None:
+            every = self.config.eval_every
+            if every and self.step % every == 0 and self.step < self.total_steps:
+                self._evaluate(hooks, HELD_OUT)
+
+        self._train(hooks.progress, before_step=refreshes.before_step, after_step=evaluate_on_schedule)
+        index = refreshes.final_index(index_root)
+        evaluations = {HELD_OUT: self._evaluate(hooks, HELD_OUT)}
+        if self.config.untrained_eval_examples:
+            rows = self.untrained_rows(self.config.untrained_eval_examples)
+            evaluations[NEVER_TRAINED_ON] = self._evaluate(hooks, NEVER_TRAINED_ON, rows)
+        return PretrainResult(self.step, self.last_checkpoint, index, evaluations, refreshes.records)

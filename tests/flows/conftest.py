@@ -38,13 +38,13 @@ def run_root(prepared_corpus, tmp_path):
 
 
 @pytest.fixture(scope="package")
-def trained_tiny_run(prefect_server, prepared_corpus, tmp_path_factory) -> tuple[Path, Path]:
-    """(where the run is kept, where it was built): the whole chain on the prepared corpus
-    (`tiny_params`), evaluated, and the run's own blocks indexed again as corpus "again"
-    (`realm index`), so it holds every kind of file a run holds. Tests copy it back to where
-    it was built (checkpoints record their index by absolute path) and change the copy."""
-    built = tmp_path_factory.mktemp("built") / "run"
-    shutil.copytree(prepared_corpus, built)
-    realm_pipeline(tiny_params(built))
-    assert main(["index", "--run", str(built), "--corpus", str(built), "--name", "again"]) == 0
-    return Path(shutil.move(built, tmp_path_factory.mktemp("kept") / "run")), built
+def trained_tiny_run(prefect_server, prepared_corpus, tmp_path_factory) -> Path:
+    """The whole chain on the prepared corpus (`tiny_params`), evaluated, and the run's own
+    blocks indexed again as corpus "again" (`realm index`), so it holds every kind of file a
+    run holds. Tests change copies of it: checkpoints record their paths relative to
+    themselves, so a copy anywhere reads its own files."""
+    run = tmp_path_factory.mktemp("trained") / "run"
+    shutil.copytree(prepared_corpus, run)
+    realm_pipeline(tiny_params(run))
+    assert main(["index", "--run", str(run), "--corpus", str(run), "--name", "again"]) == 0
+    return run

@@ -38,7 +38,7 @@ def test_a_stage_runs_once_per_inputs_and_its_result_is_plain_json(tmp_path):
     assert counting_flow(str(tmp_path), "a b c", 3) == {"words": 9, "text": "a b c"}
     assert CALLS == ["a b c", "a b c"]
     entries = sorted((tmp_path / CACHE_DIR).iterdir())
-    assert [json.loads(p.read_text()) for p in entries] in (
+    assert [json.loads(p.read_text())["result"] for p in entries] in (
         [{"words": 6, "text": "a b c"}, {"words": 9, "text": "a b c"}],
         [{"words": 9, "text": "a b c"}, {"words": 6, "text": "a b c"}],
     )
@@ -55,4 +55,4 @@ def test_a_crafted_pickle_where_a_result_lives_is_never_loaded(tmp_path):
     assert counting_flow(str(tmp_path), "x y") == {"words": 2, "text": "x y"}
     assert not marker.exists()
     assert CALLS == ["x y", "x y"]  # the stage ran again
-    assert json.loads(entry.read_text()) == {"words": 2, "text": "x y"}
+    assert json.loads(entry.read_text())["result"] == {"words": 2, "text": "x y"}

@@ -66,12 +66,17 @@ def _link_or_copy(source: str, target: str) -> None:
         shutil.copy2(source, target)
 
 
+@pytest.fixture(scope="module")
+def copy_at(tmp_path_factory) -> Path:
+    """Where every test's copy of the run lives: one place, so commands print the same paths."""
+    return tmp_path_factory.mktemp("copy") / "run"
+
+
 @pytest.fixture
-def fresh_run(trained_tiny_run):
-    """A copy of the trained run where it was built, removed after the test."""
-    kept, built = trained_tiny_run
-    yield Path(shutil.copytree(kept, built, copy_function=_link_or_copy))
-    shutil.rmtree(built)
+def fresh_run(trained_tiny_run, copy_at):
+    """A copy of the trained run, removed after the test."""
+    yield Path(shutil.copytree(trained_tiny_run, copy_at, copy_function=_link_or_copy))
+    shutil.rmtree(copy_at)
 
 
 def _command(run: Path, argv: list[str]) -> list[str]:
@@ -115,7 +120,7 @@ def test_a_damaged_file_is_named_or_costs_nothing(
     if tuple(argv) not in undamaged_outcomes:
         undamaged_outcomes[tuple(argv)] = _outcome(fresh_run, argv, capsys, caplog)
         shutil.rmtree(fresh_run)  # what the command wrote goes; the test's copy starts afresh
-        shutil.copytree(trained_tiny_run[0], fresh_run, copy_function=_link_or_copy)
+        shutil.copytree(trained_tiny_run, fresh_run, copy_function=_link_or_copy)
     expected_code, expected_out, _, expected_warnings, expected_products = undamaged_outcomes[tuple(argv)]
     assert expected_code == 0
 

@@ -7,7 +7,7 @@ from realm.model.training.stage_settings import FinetuneConfig, IctConfig, Pretr
 # (the flow's parameters, the trainer's settings, what only the flow reads)
 STAGES = [
     (IctParams, IctConfig, set()),
-    (PretrainParams, PretrainConfig, {"refresh_every", "eval_every", "untrained_eval_examples"}),
+    (PretrainParams, PretrainConfig, set()),
     (ReaderWarmupParams, ReaderWarmupConfig, set()),
     (FinetuneParams, FinetuneConfig, {"qa_train", "retriever"}),
 ]

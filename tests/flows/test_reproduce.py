@@ -4,7 +4,9 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from realm.flows.reproduce import SYSTEMS, ReproduceParams, realm_reproduce, split_questions
+from realm.flows.reproduce import realm_reproduce
+from realm.flows.reproduce_questions import split_questions
+from realm.flows.reproduce_systems import SYSTEMS, ReproduceParams
 from realm.schemas import REPRODUCTION_RESULTS, read_table
 from tests.flows.tiny_run import tiny_params
 

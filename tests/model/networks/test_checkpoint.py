@@ -1,6 +1,7 @@
 import dataclasses
 import logging
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -8,6 +9,8 @@ import torch
 
 from realm.model.networks.checkpoint import (
     best_checkpoint,
+    checkpoint_inputs,
+    checkpoint_paths,
     latest_checkpoint,
     load_components,
     restore_training_state,
@@ -172,3 +175,22 @@ def test_a_checkpoint_written_before_manifests_counts_by_its_training_state(smal
     (older_layout / "training_state.pt").unlink()  # nor manifest nor training state: never complete
     assert latest_checkpoint(tmp_path) == tmp_path / "1"
 
+
+
+def test_recorded_paths_resolve_inside_a_copied_run_and_inputs_are_read_from_the_manifest(tmp_path, tiny_config):
+    run = tmp_path / "run"
+    (run / "index" / "3").mkdir(parents=True)
+    components = {"query_embedder": build_retriever(tiny_config).query_embedder}
+    paths = {"index": run / "index" / "3", "started_from": [run / "checkpoints" / "ict" / "0"], "none": None}
+    save_checkpoint(run / "checkpoints" / "finetune", 4, components, paths=paths, inputs={"seed": 1})
+    save_checkpoint(run / "checkpoints" / "finetune" / "best", 2, components, paths=paths)
+    shutil.copytree(run, tmp_path / "copy")
+    shutil.rmtree(run)
+
+    copy = tmp_path / "copy"
+    expected = {"index": str(copy / "index" / "3"), "started_from": [str(copy / "checkpoints" / "ict" / "0")], "none": None}
+    assert checkpoint_paths(copy / "checkpoints" / "finetune" / "4") == expected
+    assert checkpoint_paths(copy / "checkpoints" / "finetune" / "best" / "2") == expected
+    assert restore_training_state(copy / "checkpoints" / "finetune" / "4").paths == expected
+    assert checkpoint_inputs(copy / "checkpoints" / "finetune" / "4") == {"seed": 1}
+    assert checkpoint_inputs(copy / "checkpoints" / "finetune" / "best" / "2") is None

@@ -1,8 +1,10 @@
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from realm.model.index.mips import MipsIndex
 from realm.model.networks.checkpoint import save_checkpoint
 from realm.model.networks.config import build_component
 from realm.model.networks.reader import build_reader
@@ -31,7 +33,7 @@ def test_what_a_run_lacks_is_named(tmp_path, tiny_config):
     with pytest.raises(FileNotFoundError, match="not a trained run"):
         TrainedRun.at(layout.root)
     components = {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(tiny_config)}
-    save_checkpoint(layout.checkpoints("finetune"), 1, components, extra={"index_path": str(tmp_path / "gone")})
+    save_checkpoint(layout.checkpoints("finetune"), 1, components)  # records no index
     with pytest.raises(FileNotFoundError, match=r"no published index \(index/ or bm25/\)"):
         TrainedRun.at(layout.root)
     with pytest.raises(FileNotFoundError, match="no run.json"):
@@ -39,14 +41,28 @@ def test_what_a_run_lacks_is_named(tmp_path, tiny_config):
     assert TrainedRun.at(layout.root, index_path=tmp_path / "index", model_preset="tiny").model_preset == "tiny"
 
 
-def test_the_index_a_checkpoint_was_trained_against_is_never_swapped_for_another_without_a_word(
-    trained_run, tiny_config, caplog
-):
-    """`trained_run` holds index/0, which its checkpoint records; index/1 is a newer one."""
-    recorded = Path(trained_run.index) / "0"
-    shutil.copytree(recorded, Path(trained_run.index) / "1")
-    (recorded / MANIFEST_FILE).unlink()  # damaged: loading it will name it
-    assert TrainedRun.at(trained_run.root).index == recorded
-    shutil.rmtree(recorded)  # gone, as in a run moved elsewhere: the newest, said
-    assert TrainedRun.at(trained_run.root).index == Path(trained_run.index) / "1"
-    assert f"the index it was fine-tuned against, {recorded}, is gone; answering from {Path(trained_run.index) / '1'}" in caplog.text
+def _run_trained_against_its_own_index(root: Path, tiny_config) -> tuple[RunLayout, Path]:
+    layout = RunLayout.at(root)
+    layout.record_model_preset("tiny")
+    index = MipsIndex.build(np.eye(3, 128, dtype=np.float32), np.array([1, 2, 3])).save(layout.index, 5)
+    components = {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(tiny_config)}
+    save_checkpoint(layout.checkpoints("finetune"), 9, components, paths={"index": index})
+    return layout, index
+
+
+def test_a_run_folder_moved_elsewhere_answers_with_the_index_inside_the_copy(tmp_path, tiny_config):
+    layout, _ = _run_trained_against_its_own_index(tmp_path / "run", tiny_config)
+    shutil.copytree(layout.root, tmp_path / "moved")
+    shutil.rmtree(layout.root)
+    run = TrainedRun.at(tmp_path / "moved")
+    assert (run.checkpoint, run.index) == (tmp_path / "moved/checkpoints/finetune/9", tmp_path / "moved/index/5")
+
+
+def test_the_index_a_checkpoint_was_trained_against_is_never_swapped_for_another(tmp_path, tiny_config):
+    layout, index = _run_trained_against_its_own_index(tmp_path / "run", tiny_config)
+    MipsIndex.build(np.eye(3, 128, dtype=np.float32), np.array([1, 2, 3])).save(layout.index, 7)  # a newer one
+    (index / MANIFEST_FILE).unlink()  # damaged: loading it will name it
+    assert TrainedRun.at(layout.root).index == index
+    shutil.rmtree(index)  # gone: an error naming its step and path
+    with pytest.raises(FileNotFoundError, match=f"against the index of step 5 \\({index}\\), which is not there"):
+        TrainedRun.at(layout.root)

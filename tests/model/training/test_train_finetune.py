@@ -1,5 +1,6 @@
 import dataclasses
 import hashlib
+import logging
 import math
 import shutil
 from pathlib import Path
@@ -23,15 +24,10 @@ from realm.model.networks.reader import build_reader, reader_inputs
 from realm.model.qa.gold_spans import find_gold_spans
 from realm.model.networks.retriever import Embedder
 from realm.model.tokenization import join
-from realm.model.training.train_finetune import (
-    WARM_START,
-    CandidateCache,
-    finetune_loss,
-    is_validation_question,
-    read_slots,
-    train_finetune,
-    validation_exact_match,
-)
+from realm.model.training.finetune_loss import finetune_loss, read_slots
+from realm.model.training.finetune_start import WARM_START
+from realm.model.training.question_candidates import CandidateCache
+from realm.model.training.train_finetune import FinetuneTrainer, is_validation_question, validation_exact_match
 from tests.model.corpus_fixture import CORPUS
 
 CPU = torch.device("cpu")
@@ -61,10 +57,10 @@ def distinct_vectors_index(tmp_path_factory, qa_corpus, blocks_table) -> str:
 def _train(qa_corpus, root, tiny_config, config=CONFIG, examples=EXAMPLES, init_checkpoint=None, reader_init=None):
     blocks_path, index_path = qa_corpus
     logged = []
-    result = train_finetune(
-        examples, blocks_path, index_path, init_checkpoint, str(root), tiny_config, config, logged.append, CPU,
-        reader_init=reader_init,
+    trainer = FinetuneTrainer(
+        examples, blocks_path, index_path, init_checkpoint, str(root), tiny_config, config, CPU, reader_init=reader_init
     )
+    result = trainer.run(logged.append)
     return result, logged
 
 
@@ -215,9 +211,17 @@ def test_resume_continues_exactly_where_it_stopped(qa_corpus, tmp_path, tiny_con
     assert all(torch.equal(resumed_weights[key], value) for key, value in straight_weights.items())
     assert resumed["examples_seen"] == straight["examples_seen"] == 12
 
-    shutil.rmtree(resumed["checkpoint"])  # resuming from step 2 again, but on another question file
-    with pytest.raises(ValueError, match="other questions or candidate settings"):
-        _train(qa_corpus, tmp_path, tiny_config, config, examples=EXAMPLES[:3])
+
+def test_other_questions_start_a_new_stage_and_the_previous_one_is_kept_beside_it(qa_corpus, tmp_path, tiny_config, caplog):
+    """4 questions, 3 a batch: 2 steps, checkpoint 2; then 3 of them: a new stage of 1 step."""
+    root = tmp_path / "finetune"
+    _train(qa_corpus, root, tiny_config)
+    with caplog.at_level(logging.WARNING, logger="realm.model.training.trainer"):
+        again, logged = _train(qa_corpus, root, tiny_config, examples=EXAMPLES[:3])
+    assert f"{root} was trained on other inputs (questions): a new stage starts there" in caplog.text
+    assert [m["step"] for m in logged] == [1] and again["examples_seen"] == 3
+    assert again["checkpoint"] == str(root / "1")
+    assert sorted(p.name for p in (tmp_path / "finetune.superseded-1").iterdir()) == ["2"]
 
 
 def test_a_fresh_run_starts_from_the_pretrained_query_tower_and_encoder(qa_corpus, tmp_path, tiny_config):

@@ -9,7 +9,7 @@ import torch
 from realm.model.networks.checkpoint import load_components
 from realm.model.networks.config import ModelConfig
 from realm.model.training.stage_settings import IctConfig
-from realm.model.training.train_ict import ict_loss, ict_scores, train_ict
+from realm.model.training.train_ict import IctTrainer, ict_loss, ict_scores
 from realm.schemas import ICT_EXAMPLES, read_table, write_table
 from tests.model.corpus_fixture import CORPUS
 
@@ -51,7 +51,7 @@ def ict_examples_path(tmp_path_factory, tokenizer) -> str:
 
 def _train(path, root, tiny_config, config=CONFIG):
     logged = []
-    result = train_ict(path, str(root), tiny_config, config, progress=logged.append, device=CPU)
+    result = IctTrainer(path, str(root), tiny_config, config, device=CPU).run(logged.append)
     return result, logged
 
 
@@ -163,3 +163,16 @@ def test_the_same_examples_in_other_shards_train_to_the_same_losses(ict_examples
     again, again_logged = _train(str(shards), tmp_path / "again", tiny_config)
     assert [m["loss"] for m in again_logged] == [m["loss"] for m in first_logged]
     assert again["heldout_accuracy"] == first["heldout_accuracy"]
+
+
+def test_changed_settings_start_a_new_stage_and_more_steps_go_on_with_the_old_one(ict_examples_path, tmp_path, tiny_config, caplog):
+    root = tmp_path / "ict"
+    _train(ict_examples_path, root, tiny_config)
+    _, longer = _train(ict_examples_path, root, tiny_config, CONFIG.model_copy(update={"steps": 6}))
+    assert [m["step"] for m in longer] == [5, 6]  # how long a stage runs is not one of its inputs
+
+    with caplog.at_level(logging.WARNING, logger="realm.model.training.trainer"):
+        _, logged = _train(ict_examples_path, root, tiny_config, CONFIG.model_copy(update={"learning_rate": 5e-4}))
+    assert "(learning_rate 0.001 -> 0.0005): a new stage starts there" in caplog.text
+    assert [m["step"] for m in logged] == [1, 2, 3, 4]
+    assert sorted(p.name for p in (tmp_path / "ict.superseded-1").iterdir()) == ["4", "6"]

@@ -14,12 +14,9 @@ from realm.model.index.rebuild import fit_block_batch, rebuild_index
 from realm.model.training.pretrain_step import encoder_log_likelihood, encoder_log_probs, make_pretrain_batch, retrieve
 from realm.model.networks.retriever import Embedder
 from realm.model.training.stage_settings import PretrainConfig
-from realm.model.training.train_pretrain import (
-    PretrainTrainer,
-    attach_index,
-    marginal_predictions,
-    span_correct,
-)
+from realm.model.training.masked_span_accuracy import marginal_predictions, span_correct
+from realm.model.training.pretrain_index import attach_index
+from realm.model.training.train_pretrain import HELD_OUT, NEVER_TRAINED_ON, PretrainHooks, PretrainTrainer
 from realm.schemas import BLOCKS, PRETRAIN_EXAMPLES, read_table, write_table
 from tests.model.corpus_fixture import CORPUS
 
@@ -166,6 +163,57 @@ def test_the_index_a_checkpoint_trained_against_outlives_index_retention(corpus,
     for step in (5, 6):
         MipsIndex.build(vectors, np.array([block_id for block_id, _, _ in CORPUS])).save(tmp_path / "index", step, keep=1)
     assert sorted(p.name for p in (tmp_path / "index").iterdir()) == ["0", "6"]
+
+
+class RefreshPublishedAfterOnePoll:
+    """A refresh run in place that the loop first sees still running, then published."""
+
+    def __init__(self, path):
+        self.path, self.polls = path, 0
+
+    def done(self) -> bool:
+        self.polls += 1
+        return self.polls > 1
+
+    def result(self) -> dict:
+        return {"path": str(self.path)}
+
+    def wait(self) -> None:
+        pass
+
+
+def test_run_refreshes_on_schedule_swaps_between_steps_and_ends_on_the_final_towers_index(corpus, tmp_path, tiny_config):
+    """Refresh every 2 steps, checkpoint and evaluate every 3, 4 steps: the refresh of step 2
+    is swapped in before step 4 (staleness 1); the final index is refreshed from step 4."""
+    blocks_path, examples_path = corpus
+    config = CONFIG.model_copy(update=dict(
+        refresh_every=2, checkpoint_every=3, eval_every=3, log_every=2, untrained_eval_examples=3,
+    ))
+    trainer = PretrainTrainer(blocks_path, examples_path, str(tmp_path / "checkpoints"), tiny_config, config, device=CPU)
+    progress, evaluated, refreshed = [], [], []
+
+    def refresh(snapshot_dir: str, snapshot_step: int) -> RefreshPublishedAfterOnePoll:
+        refreshed.append(snapshot_step)
+        return RefreshPublishedAfterOnePoll(rebuild_index(
+            blocks_path, snapshot_dir, str(tmp_path / "embeddings"), str(tmp_path / "index"), snapshot_step, tiny_config,
+            config.keep_checkpoints, CPU, config.max_block_wordpieces,
+        ))
+
+    hooks = PretrainHooks(progress.append, lambda step, which, e: evaluated.append((step, which, e["examples"])), refresh)
+    result = trainer.run(hooks, str(tmp_path / "index"), str(tmp_path / "embeddings"), str(tmp_path / "snapshots"))
+
+    assert refreshed == [2, 4]
+    assert result.refreshes == [
+        {"path": str(tmp_path / "index" / "2"), "swapped_at_step": 3, "staleness_steps": 1}
+    ]
+    assert [m["step"] for m in progress] == [2, 4] and progress[-1]["index_snapshot_step"] == 2
+    assert evaluated == [(3, HELD_OUT, 4), (4, HELD_OUT, 4), (4, NEVER_TRAINED_ON, 3)]
+    assert result.evaluations[NEVER_TRAINED_ON]["examples"] == 3
+    assert (result.step, result.checkpoint, result.index) == (
+        4, str(tmp_path / "checkpoints" / "4"), str(tmp_path / "index" / "4")
+    )
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["3", "4"]
+    assert sorted(p.name for p in (tmp_path / "snapshots").iterdir()) == ["0", "2", "4"]
 
 
 def test_rebuild_index_publishes_the_snapshot_embeddings_while_training_runs(corpus, tmp_path, tiny_config, tokenizer):

@@ -1,0 +1,71 @@
+"""The reproduction table: `results.parquet` (schema `REPRODUCTION_RESULTS`), `results.md`,
+`results.png` and the same table as Prefect artifacts."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+
+def publish_results(rows: list[dict], root: Path) -> None:
+    """results.parquet, results.md, results.png under `root`, and the table as artifacts."""
+    from realm.schemas import REPRODUCTION_RESULTS, write_table
+
+    write_table(str(root / "results.parquet"), rows, REPRODUCTION_RESULTS)
+    markdown = results_markdown(rows)
+    (root / "results.md").write_text(markdown + "\n", encoding="utf-8")
+    _plot(rows, root / "results.png")
+    create_table_artifact(key="realm-reproduce-results", table=rows, description="REALM vs ORQA vs BM25, per dataset")
+    create_markdown_artifact(key="realm-reproduce-table", markdown=markdown, description="the reproduction table")
+
+
+def results_markdown(rows: list[dict]) -> str:
+    """One line per system: EM, reader accuracy and recall@5 per dataset, zero-shot recall@5,
+    wall time, seed."""
+    datasets = sorted({r["dataset"] for r in rows})
+    by_system: dict[str, dict[str, dict]] = defaultdict(dict)
+    for row in rows:
+        by_system[row["system"]][row["dataset"]] = row
+    header = ["system"] + [f"{d} EM" for d in datasets] + [f"{d} reader acc." for d in datasets]
+    header += [f"{d} R@5" for d in datasets]
+    header += [f"{d} zero-shot R@5" for d in datasets] + ["train time", "seed"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for system, cells in by_system.items():
+        first = next(iter(cells.values()))
+        values = [system]
+        for key in ("exact_match", "reader_accuracy", "recall_at_5", "zero_shot_recall_at_5"):
+            values += [_cell(cells.get(d, {}).get(key)) for d in datasets]
+        values += [f"{first['train_seconds'] / 60:.0f} min", str(first["seed"])]
+        lines.append("| " + " | ".join(values) + " |")
+    counts = ", ".join(f"{d}: {next(r['n'] for r in rows if r['dataset'] == d)} questions" for d in datasets)
+    return "\n".join(lines) + f"\n\n{counts}."
+
+
+def _cell(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    systems = list(dict.fromkeys(r["system"] for r in rows))
+    datasets = sorted({r["dataset"] for r in rows})
+    value = {(r["system"], r["dataset"]): r["exact_match"] for r in rows}
+    width = 0.8 / max(len(datasets), 1)
+    figure, axis = pyplot.subplots(figsize=(max(6, 1.3 * len(systems)), 3.6))
+    for offset, dataset in enumerate(datasets):
+        axis.bar([i + offset * width for i in range(len(systems))],
+                 [value.get((s, dataset), 0.0) for s in systems], width, label=dataset)
+    axis.set_xticks([i + width * (len(datasets) - 1) / 2 for i in range(len(systems))])
+    axis.set_xticklabels(systems, rotation=25, ha="right", fontsize=8)
+    axis.set_ylabel("exact match")
+    axis.legend(fontsize=8)
+    axis.grid(axis="y", alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    pyplot.close(figure)

@@ -1,0 +1,86 @@
+"""The systems of the reproduction table and what each is built from, and the parameters that
+choose which of them `realm-reproduce` trains (`realm.flows.reproduce`)."""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+from pydantic import BaseModel, Field, model_validator
+
+from realm.flows.params import PipelineParams, PretrainParams, RunPreset
+
+SystemName = Literal[
+    "bm25", "orqa", "realm", "realm_retriever_baseline_encoder", "baseline_retriever_realm_encoder",
+    "random_spans", "stale_index",
+]
+SYSTEMS: tuple[SystemName, ...] = SystemName.__args__
+
+
+class SystemSpec(NamedTuple):
+    pretrain: str | None  # the pre-training variant its retriever or reader comes from
+    retriever: Literal["bm25", "ict", "pretrain"]
+    reader: Literal["warm_start", "pretrain"]
+
+
+SPECS: dict[str, SystemSpec] = {
+    "bm25": SystemSpec(None, "bm25", "warm_start"),
+    "orqa": SystemSpec(None, "ict", "warm_start"),
+    "realm": SystemSpec("realm", "pretrain", "pretrain"),
+    "realm_retriever_baseline_encoder": SystemSpec("realm", "pretrain", "warm_start"),
+    "baseline_retriever_realm_encoder": SystemSpec("realm", "ict", "pretrain"),
+    "random_spans": SystemSpec("random_spans", "pretrain", "pretrain"),
+    "stale_index": SystemSpec("stale_index", "pretrain", "pretrain"),
+}
+
+
+def pretrain_variant(variant: str, pretrain: PretrainParams, stale_factor: int) -> PretrainParams:
+    """The pre-training settings of a variant that systems read (`SystemSpec.pretrain`)."""
+    updates = {
+        "realm": {},
+        "random_spans": {"random_spans": True},
+        "stale_index": {"refresh_every": pretrain.refresh_every * stale_factor},
+    }[variant]
+    return pretrain.model_copy(update=updates)
+
+
+class ReproduceParams(BaseModel):
+    output: str = Field("runs/reproduce", description="root of every run the reproduction trains")
+    size: RunPreset = Field("default", description="stage sizes: tiny (plumbing), default (this CPU, hours), gpu (full size)")
+    qa_train: list[str] = Field(description="Open-QA training files (every dataset is fine-tuned on together)")
+    qa_dev: list[str] = Field(default_factory=list, description="Open-QA evaluation files, e.g. nq.dev.jsonl")
+    dev_fraction: float = Field(
+        0.1, gt=0, lt=1, description="held out of a training dataset that has no evaluation file, by question hash"
+    )
+    systems: list[SystemName] | None = Field(
+        None, description="systems to train (default: every one that the stages can tell apart; stale_index needs a "
+        "pre-training that refreshes its index, not the default's frozen doc tower)"
+    )
+    stale_factor: int = Field(30, ge=1, description="stale_index ablation: refresh_every times this")
+    seed: int = 0
+    device: str | None = None
+    stages: PipelineParams | None = Field(None, description="every stage's parameters (default: the `size` preset)")
+
+    def effective_stages(self) -> PipelineParams:
+        """`stages`, else the `size` preset; the `default` preset's main job skips pre-training
+        steps, which the REALM rows need, so here they run at the pre-training stage's length."""
+        if self.stages is not None:
+            return self.stages
+        stages = PipelineParams.preset(self.size)
+        if self.size == "default":
+            stages.pretrain = PretrainParams()
+        return stages
+
+    def effective_systems(self) -> list[str]:
+        if self.systems is not None:
+            return list(self.systems)
+        refreshes = not self.effective_stages().pretrain.cached_doc_embeddings
+        return [name for name in SYSTEMS if refreshes or name != "stale_index"]
+
+    @model_validator(mode="after")
+    def _stale_index_needs_refreshes(self) -> ReproduceParams:
+        if "stale_index" in self.effective_systems() and self.effective_stages().pretrain.cached_doc_embeddings:
+            raise ValueError(
+                "stale_index refreshes the index less often, but with pretrain.cached_doc_embeddings the doc tower "
+                "is frozen and no index is ever refreshed: it would repeat the realm row. Drop it from systems."
+            )
+        return self

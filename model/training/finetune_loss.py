@@ -1,0 +1,106 @@
+"""The fine-tuning loss of a batch of questions, over their cached candidates (ORQA's recipe):
+- ORQA's early update (dense only): −log Σ_{candidates holding an answer} p(z|x), p(z|x) a
+  softmax over the cached candidates, rescored by the current query tower (`early_update_loss`);
+- the reader's loss over the `num_read` best-scored candidates, as ORQA's reader: one
+  softmax over every span of every read block with the block's retrieval logit added to each
+  span's score, marginalised over all gold spans (`joint_span_logits`, `joint_reader_loss`);
+  blocks read without the answer are the question's negatives. When none of the read blocks
+  holds an answer, the best-ranked candidate that does takes the last read slot, so every
+  question has a positive beside its hard negatives (DPR's reader: 1 positive + negatives).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from realm.model.index.block_store import BlockStore
+from realm.model.networks.config import ModelConfig
+from realm.model.networks.device import autocast
+from realm.model.networks.marginal import early_update_loss
+from realm.model.networks.reader import Reader, joint_reader_loss, joint_span_logits, reader_inputs
+from realm.model.qa.answering import question_wordpieces
+from realm.model.qa.qa_data import QAExample
+from realm.model.qa.question_retrieval import QuestionRetriever
+from realm.model.tokenization import WordPieceTokenizer
+from realm.model.training.question_candidates import CandidateCache
+from realm.model.training.stage_settings import FinetuneConfig
+
+
+@dataclass
+class StepStats:
+    retriever_loss: float
+    reader_loss: float
+    without_answer_in_read: int  # questions whose best-scored read blocks held no answer (a gold block was swapped in)
+
+
+def read_slots(logits: torch.Tensor, holds_answer: torch.Tensor, num_read: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(candidate indices the reader reads [batch, num_read], rows where a gold block had to be
+    swapped in [batch]): the `num_read` best-scored candidates, the last replaced by the
+    best-scored one holding an answer when none of them does.
+
+    logits, holds_answer: [batch, candidates]; ties keep the retrieval order (BM25's uniform
+    logits read its top `num_read`).
+    """
+    order = torch.sort(logits.detach(), dim=-1, descending=True, stable=True).indices  # [batch, candidates]
+    read = order[:, :num_read].clone()
+    ordered_gold = holds_answer.gather(1, order)  # [batch, candidates]
+    swapped = ~ordered_gold[:, :num_read].any(dim=-1) & ordered_gold.any(dim=-1)
+    first_gold = ordered_gold.float().argmax(dim=-1)  # first True in score order
+    read[swapped, -1] = order[swapped, first_gold[swapped]]
+    return read, swapped
+
+
+def finetune_loss(
+    retriever: QuestionRetriever,
+    reader: Reader,
+    tokenizer: WordPieceTokenizer,
+    blocks: BlockStore,
+    examples: Sequence[QAExample],
+    candidates: CandidateCache,
+    rows: np.ndarray,
+    model_config: ModelConfig,
+    config: FinetuneConfig,
+    device: torch.device,
+) -> tuple[torch.Tensor, StepStats]:
+    """Early-update retriever loss + joint reader loss of the questions `rows` (module
+    docstring), each a mean over the questions it is defined for; float32 scalar with graph."""
+    size, read = len(rows), config.num_read
+    question_ids = question_wordpieces(tokenizer, [examples[r].question for r in rows], config.max_question_wordpieces)
+    block_ids, found = candidates.block_ids[rows], candidates.found[rows]  # [batch, candidates] x2
+    logits = retriever.score(question_ids, block_ids, found)  # [batch, candidates]; graph into the query tower
+    found_mask = torch.from_numpy(found).to(device)
+    holds_answer = torch.from_numpy(candidates.holds_answer[rows]).to(device)  # [batch, candidates]
+    if retriever.trainable_modules():
+        retriever_loss = early_update_loss(logits, holds_answer, found_mask)
+    else:  # BM25: nothing to train
+        retriever_loss = logits.new_zeros(())
+
+    slots, swapped = read_slots(logits, holds_answer & found_mask, read)  # [batch, read], [batch]
+    slot_rows = slots.cpu().numpy()
+    bodies = [
+        [blocks.body_ids(int(block_ids[i, c])) if found[i, c] else [] for c in slot_rows[i]] for i in range(size)
+    ]
+    joint, spans = reader_inputs(
+        tokenizer, [(q, body) for q, row in zip(question_ids, bodies) for body in row], model_config.max_span_wordpieces
+    )
+    gold_mask = spans.gold_mask(
+        [candidates.gold[r][c] for i, r in enumerate(rows) for c in slot_rows[i]]
+    ).to(device)  # [batch * read, spans]
+    with autocast(device, model_config.cpu_bf16_autocast):
+        span_logits = reader.span_logits(joint.to(device), spans.to(device))  # [batch * read, spans]
+    joint_logits = joint_span_logits(
+        span_logits.view(size, read, -1), logits.gather(1, slots), found_mask.gather(1, slots)
+    )  # [batch, read * spans]
+    per_question, answerable = joint_reader_loss(joint_logits, gold_mask.view(size, -1))
+    reader_loss = per_question.sum() / answerable.sum().clamp(min=1)
+
+    stats = StepStats(
+        retriever_loss=retriever_loss.item(),
+        reader_loss=reader_loss.item(),
+        without_answer_in_read=int(swapped.sum()),
+    )
+    return retriever_loss + reader_loss, stats

@@ -1,0 +1,68 @@
+"""How well pre-training predicts masked salient spans, with retrieval and with the null
+document alone: the per-position marginal's prediction, whether a span is right, and the
+counts over evaluated examples that a paired (McNemar) test of the difference reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from realm.model.qa.paired_stats import mcnemar_exact_p_value
+from realm.model.training.pretrain_step import PretrainBatch
+
+
+def span_correct(predictions: torch.Tensor, batch: PretrainBatch) -> torch.Tensor:
+    """[batch] bool: every masked wordpiece of the example predicted exactly."""
+    wrong = (predictions.cpu() != batch.mlm_targets) & batch.mlm_mask
+    return ~wrong.any(dim=1)
+
+
+def marginal_predictions(log_p_z_given_x: torch.Tensor, vocab_log_probs: torch.Tensor) -> torch.Tensor:
+    """argmax_v Σ_z p(z|x) p(v|z,x) at each masked slot: log_p_z_given_x [batch, k],
+    vocab_log_probs [batch, k, max_masks, vocab] -> [batch, max_masks]. Per position, like
+    the MLM objective itself (which factorises over the masked wordpieces given z)."""
+    marginal = torch.logsumexp(log_p_z_given_x[:, :, None, None] + vocab_log_probs, dim=1)  # [batch, max_masks, vocab]
+    return marginal.argmax(dim=-1)
+
+
+@dataclass
+class MaskedSpanTally:
+    """Examples counted batch by batch; `summary` gives `PretrainTrainer.evaluate_masked_spans`' dict."""
+
+    examples: int = 0
+    with_retrieval: int = 0
+    null_only: int = 0
+    in_candidates: int = 0
+    only_with_retrieval: int = 0
+    only_null: int = 0
+    in_candidates_with_retrieval: int = 0
+    in_candidates_null_only: int = 0
+
+    def add(self, retrieval_right: torch.Tensor, null_right: torch.Tensor, span_found: np.ndarray) -> None:
+        """One batch: [batch] bool each, whether retrieval / the null document alone got the
+        span right and whether the span occurs verbatim in a retrieved block."""
+        found = torch.from_numpy(span_found)
+        self.examples += len(span_found)
+        self.with_retrieval += retrieval_right.sum().item()
+        self.null_only += null_right.sum().item()
+        self.only_with_retrieval += (retrieval_right & ~null_right).sum().item()
+        self.only_null += (null_right & ~retrieval_right).sum().item()
+        self.in_candidates += int(span_found.sum())
+        self.in_candidates_with_retrieval += (retrieval_right & found).sum().item()
+        self.in_candidates_null_only += (null_right & found).sum().item()
+
+    def summary(self) -> dict:
+        return {
+            "accuracy_with_retrieval": self.with_retrieval / self.examples,
+            "accuracy_null_only": self.null_only / self.examples,
+            "span_in_candidates": self.in_candidates / self.examples,
+            "right_only_with_retrieval": self.only_with_retrieval,
+            "right_only_null": self.only_null,
+            "span_in_candidates_right_with_retrieval": self.in_candidates_with_retrieval,
+            "span_in_candidates_right_null_only": self.in_candidates_null_only,
+            "paired_p_value": mcnemar_exact_p_value(self.only_with_retrieval, self.only_null),
+            "examples": self.examples,
+        }

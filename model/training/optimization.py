@@ -1,0 +1,90 @@
+"""How every trainer updates its weights: AdamW with BERT's no-decay rule, a linear
+warmup/decay schedule, and one clipped update that refuses a non-finite loss."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+
+def build_optimizer(
+    modules_in_order: Sequence[nn.Module],
+    learning_rate: float,
+    weight_decay: float = 0.01,
+    learning_rates: Sequence[float] | None = None,
+) -> torch.optim.AdamW:
+    """AdamW over the parameters of `modules_in_order`, biases and LayerNorm weights (every
+    parameter with < 2 dims) without weight decay, as BERT trains; `learning_rates`, one per
+    module, gives a module its own peak rate (a fresh head beside a warm-started body).
+
+    Frozen parameters are in the groups too: they never get a gradient, so AdamW neither moves
+    them nor keeps state for them, and the groups have the same size whichever parts are
+    frozen, so a run can resume with its doc tower frozen after training it (or the reverse).
+
+    The order of the modules fixes the order of the optimizer's parameters, which its saved
+    state refers to: pass them in the same order on resume. A parameter shared by two modules
+    (tied embeddings, or a head listed before the model holding it) is optimised once, at the
+    rate of its first module. Parameters must be on CPU or CUDA (fused AdamW).
+    """
+    rates = list(learning_rates) if learning_rates is not None else [learning_rate] * len(modules_in_order)
+    if len(rates) != len(modules_in_order):
+        raise ValueError(f"{len(rates)} learning rates for {len(modules_in_order)} modules")
+    seen: set[int] = set()
+    groups: dict[float, tuple[list, list]] = {}  # rate -> (decay, no_decay), in order of first use
+    for module, rate in zip(modules_in_order, rates):
+        decay, no_decay = groups.setdefault(rate, ([], []))
+        for parameter in module.parameters():
+            if id(parameter) in seen:
+                continue
+            seen.add(id(parameter))
+            (decay if parameter.ndim >= 2 else no_decay).append(parameter)
+    param_groups = [
+        group
+        for rate, (decay, no_decay) in groups.items()
+        for group in (
+            {"params": decay, "weight_decay": weight_decay, "lr": rate},
+            {"params": no_decay, "weight_decay": 0.0, "lr": rate},
+        )
+    ]
+    # fused: one kernel per parameter group instead of ~10 ops per tensor; on this CPU 8.5x
+    # faster over the `fast` preset's three towers (1.19 s -> 0.14 s a step, a third of a step).
+    return torch.optim.AdamW(param_groups, lr=learning_rate, fused=True)
+
+
+# BERT's and ORQA's optimizers clip the global gradient norm at 1.0; a fresh head (MLM, span
+# scorer, projection) otherwise sends a few huge early updates into the warm-started body.
+MAX_GRAD_NORM = 1.0
+
+
+def apply_update(loss: torch.Tensor, optimizer: torch.optim.Optimizer, scheduler, what: str, step: int) -> float:
+    """One optimizer update from `loss`: backward, clip to MAX_GRAD_NORM, step, schedule.
+
+    A non-finite loss raises before any weight changes, naming `what` and the `step` it would
+    have become, so the last checkpoint is still a good one. Returns the loss value.
+    """
+    value = loss.item()
+    if not math.isfinite(value):
+        raise FloatingPointError(f"{what} loss is {value} at step {step}")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_([p for group in optimizer.param_groups for p in group["params"]], MAX_GRAD_NORM)
+    optimizer.step()
+    scheduler.step()
+    return value
+
+
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Learning rate rising linearly from 0 over `warmup_steps`, then falling linearly to 0 at
+    `total_steps` (BERT's and REALM's schedule)."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)  # never exactly 0: the first step moves
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -1,0 +1,93 @@
+"""Each fine-tuning question's candidate blocks, retrieved once before the first step (the
+dense index through the starting query tower, or BM25), and their gold spans: where a
+question's answer occurs among them (`realm.model.qa.gold_spans`: text answers match by
+wordpieces, CuratedTrec's regex answers the block text of whole-word spans). A resumed run
+rebuilds the cache from the block ids its checkpoint recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from realm.model.index.block_store import BlockStore
+from realm.model.networks.config import ModelConfig
+from realm.model.qa.answering import question_wordpieces
+from realm.model.qa.gold_spans import gold_spans
+from realm.model.qa.qa_data import QAExample
+from realm.model.qa.question_retrieval import QuestionRetriever
+from realm.model.tokenization import WordPieceTokenizer
+from realm.model.training.stage_settings import FinetuneConfig
+
+
+@dataclass
+class CandidateCache:
+    """Each question's candidates, retrieved once, and their gold spans."""
+
+    block_ids: np.ndarray  # [questions, candidates] int64, best first; -1 past the corpus's end
+    found: np.ndarray  # [questions, candidates] bool
+    gold: list[list[list[tuple[int, int]]]]  # [questions][candidates] body-relative (start, end)
+    holds_answer: np.ndarray = field(init=False)  # [questions, candidates] bool: has a gold span
+
+    def __post_init__(self) -> None:
+        self.holds_answer = np.array(
+            [[bool(spans) for spans in row] for row in self.gold], dtype=bool
+        ).reshape(self.found.shape)
+
+    @classmethod
+    @torch.no_grad()
+    def build(
+        cls,
+        retriever: QuestionRetriever,
+        tokenizer: WordPieceTokenizer,
+        blocks: BlockStore,
+        examples: Sequence[QAExample],
+        model_config: ModelConfig,
+        config: FinetuneConfig,
+        retrieved: tuple[np.ndarray, np.ndarray] | None = None,
+        batch_size: int = 64,
+    ) -> CandidateCache:
+        """Retrieve each example's top `config.num_candidates` other than its
+        `excluded_block_ids` (or take `retrieved`, the (block_ids, found) a checkpoint
+        recorded) and find their gold spans."""
+        if retrieved is None:
+            k = config.num_candidates
+            depth = k + max((len(e.excluded_block_ids) for e in examples), default=0)
+            hits = [
+                retriever.retrieve(
+                    [e.question for e in batch],
+                    question_wordpieces(tokenizer, [e.question for e in batch], config.max_question_wordpieces),
+                    depth,
+                )
+                for batch in (examples[start : start + batch_size] for start in range(0, len(examples), batch_size))
+            ]
+            retrieved = _without_excluded(
+                np.concatenate([h.block_ids for h in hits]), np.concatenate([h.found for h in hits]), examples, k
+            )
+        block_ids, found = retrieved
+        gold = [
+            [
+                gold_spans(tokenizer, blocks, int(b), example, model_config.max_span_wordpieces) if ok else []
+                for b, ok in zip(row_ids, row_found)
+            ]
+            for example, row_ids, row_found in zip(examples, block_ids, found)
+        ]
+        return cls(block_ids, found, gold)
+
+
+def _without_excluded(
+    block_ids: np.ndarray, found: np.ndarray, examples: Sequence[QAExample], k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The first `k` of each row's retrieved blocks that its example does not exclude, in
+    retrieval order ([n, k] block ids and found flags, -1 / False where fewer remain)."""
+    kept_ids = np.full((len(examples), k), -1, dtype=np.int64)
+    kept_found = np.zeros((len(examples), k), dtype=bool)
+    for row, example in enumerate(examples):
+        excluded = set(example.excluded_block_ids)
+        keep = [c for c in range(block_ids.shape[1]) if int(block_ids[row, c]) not in excluded][:k]
+        kept_ids[row, : len(keep)] = block_ids[row, keep]
+        kept_found[row, : len(keep)] = found[row, keep]
+    return kept_ids, kept_found

@@ -1,0 +1,75 @@
+"""What a training stage is trained on, recorded in the manifest of each of its checkpoints,
+so that a stage resumes only on the same inputs: the content of the data it reads and of the
+checkpoint or index it starts from, every setting but those that leave the steps unchanged,
+and the seed. `realm.model.training.trainer` starts a new stage when any of them changed.
+
+Content, not paths: a file is its sha256; a published step directory (a checkpoint, an index)
+the file list of its manifest (sizes and sha256s, written last); any other directory (a
+Parquet artifact) the sha256s of its files. So a run folder copied elsewhere resumes, and a
+question file edited in place does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from realm.model.publish import MANIFEST_FILE, file_sha256, read_manifest
+
+# Settings that leave every step as it was: how long a stage runs (a resumed stage may go on
+# for longer), how often it reports, checkpoints and evaluates, and how many checkpoints it keeps.
+NOT_INPUTS = frozenset(
+    {"steps", "epochs", "log_every", "checkpoint_every", "keep_checkpoints", "eval_every", "untrained_eval_examples"}
+)
+
+
+def content_digest(path: str | os.PathLike) -> str:
+    """sha256 of what `path` holds (module docstring); FileNotFoundError naming it if it is gone."""
+    path = Path(path)
+    if path.is_file():
+        return file_sha256(path)
+    if (path / MANIFEST_FILE).is_file():
+        return json_digest(read_manifest(path)["files"])
+    if path.is_dir():
+        return json_digest({p.relative_to(path).as_posix(): file_sha256(p) for p in sorted(path.rglob("*")) if p.is_file()})
+    raise FileNotFoundError(f"{path}: not found (a stage's input)")
+
+
+def json_digest(value) -> str:
+    """sha256 of `value` as sorted JSON."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def stage_inputs(
+    settings: BaseModel, seed: int, data: Mapping[str, str | os.PathLike | None], values: Mapping[str, str | None] = {}
+) -> dict:
+    """A stage's inputs record, plain JSON: {"data": the `content_digest` of each of `data`
+    (None stays None) and `values` as they are (data held in memory, digested by the caller),
+    "settings": each setting but NOT_INPUTS, "seed"}."""
+    digests = {name: None if path is None else content_digest(path) for name, path in data.items()}
+    return {
+        "data": digests | dict(values),
+        "settings": {name: value for name, value in settings.model_dump(mode="json").items() if name not in NOT_INPUTS},
+        "seed": seed,
+    }
+
+
+def changed_inputs(recorded: Mapping, current: Mapping) -> list[str]:
+    """What differs between two inputs records, one phrase each: a data name ("questions"),
+    a setting with its old and new value ("learning_rate 0.001 -> 0.0005"), the seed."""
+    old_data, new_data = recorded.get("data", {}), current.get("data", {})
+    changes = [name for name in sorted(old_data.keys() | new_data.keys()) if old_data.get(name) != new_data.get(name)]
+    old_settings, new_settings = recorded.get("settings", {}), current.get("settings", {})
+    changes += [
+        f"{name} {old_settings.get(name)} -> {new_settings.get(name)}"
+        for name in sorted(old_settings.keys() | new_settings.keys())
+        if old_settings.get(name) != new_settings.get(name)
+    ]
+    if recorded.get("seed") != current.get("seed"):
+        changes.append(f"seed {recorded.get('seed')} -> {current.get('seed')}")
+    return changes

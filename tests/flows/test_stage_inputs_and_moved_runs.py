@@ -1,0 +1,65 @@
+"""A stage keys on its inputs' content, and a run folder is self-contained (issue 14, items 2 and 3)."""
+
+import json
+import shutil
+from pathlib import Path
+
+from realm.flows.demo import DATA_DIR, demo_qa_path
+from realm.flows.evaluate import evaluate
+from realm.flows.finetune_openqa import finetune_openqa
+from realm.flows.ict_warm_start import ict_warm_start
+from realm.flows.params import EvaluateParams
+from realm.flows.realm_pretrain import realm_pretrain
+from realm.model.networks.checkpoint import checkpoint_inputs
+from realm.model.publish import read_manifest
+from realm.model.qa.trained_run import TrainedRun
+from tests.flows.tiny_run import tiny_params
+
+
+def test_a_question_file_edited_in_place_starts_a_new_fine_tuning_stage(run_root, tmp_path):
+    """Same path, one question more: not the cached result of the old file, but a new stage,
+    the old one kept beside it."""
+    params = tiny_params(run_root)
+    questions = tmp_path / "qa.jsonl"
+    shutil.copy(DATA_DIR / "qa" / "ct.train.jsonl", questions)
+    finetune = params.finetune.model_copy(update={"retriever": "bm25", "qa_train": [str(questions)]})
+    first = finetune_openqa(params.run, finetune)
+    with questions.open("a") as handle:
+        handle.write(json.dumps({"question": "what is the airspeed of an unladen swallow?", "answers": ["24 mph"]}) + "\n")
+    second = finetune_openqa(params.run, finetune)
+
+    superseded = run_root / "checkpoints" / "finetune.superseded-1"
+    assert Path(first["checkpoint"].replace(str(run_root / "checkpoints" / "finetune"), str(superseded))).is_dir()
+    assert Path(second["checkpoint"]).parent.parent == run_root / "checkpoints" / "finetune"
+    first_inputs = checkpoint_inputs(next(p for p in superseded.iterdir() if p.name.isdigit()))
+    assert first_inputs["data"]["questions"] != checkpoint_inputs(second["checkpoint"])["data"]["questions"]
+
+
+def test_a_run_folder_moved_elsewhere_hits_its_cache_answers_and_resumes_inside_the_copy(run_root, tmp_path):
+    params = tiny_params(run_root)
+    ict_warm_start(params.run, params.ict)
+    realm_pretrain(params.run, params.pretrain)
+    finetune_openqa(params.run, params.finetune)
+
+    moved = tmp_path / "moved"
+    shutil.copytree(run_root, moved, symlinks=True)
+    shutil.rmtree(run_root)
+    params = tiny_params(moved)
+    cached = sorted((moved / ".realm-cache").iterdir())
+
+    # Cache hits (no new entry), with paths in the copy.
+    assert ict_warm_start(params.run, params.ict)["checkpoint"] == str(moved / "checkpoints" / "ict" / "6")
+    finetuned = finetune_openqa(params.run, params.finetune)
+    assert finetuned["checkpoint"].startswith(str(moved)) and finetuned["index"] == str(moved / "index" / "6")
+    assert sorted((moved / ".realm-cache").iterdir()) == cached
+    trained = TrainedRun.at(moved)
+    assert (trained.checkpoint.parent.parent, trained.index) == (moved / "checkpoints" / "finetune", moved / "index" / "6")
+    metrics = evaluate(params.run, EvaluateParams(qa=[str(demo_qa_path())]))
+    assert metrics["demo"]["n"] == 40 and (moved / "predictions" / "demo.parquet").is_file()
+
+    # Two more pre-training steps resume from the copy's checkpoint, and what the new one uses
+    # (its index, the ICT checkpoint it started from) is inside the copy.
+    longer = realm_pretrain(params.run, params.pretrain.model_copy(update={"steps": 8}))
+    assert longer["step"] == 8 and longer["checkpoint"] == str(moved / "checkpoints" / "pretrain" / "8")
+    uses = {(Path(longer["checkpoint"]) / used).resolve() for used in read_manifest(longer["checkpoint"])["uses"]}
+    assert moved / "checkpoints" / "ict" / "6" in uses and all(path.is_relative_to(moved) for path in uses)
