@@ -62,7 +62,7 @@ def _blocks_between(files: list[str], columns: list[str], low: int, high: int | 
 
 def count_blocks(blocks_path: str) -> int:
     """How many blocks a `blocks/` artifact holds, from its files' footers (no rows read)."""
-    return sum(pq.ParquetFile(file).metadata.num_rows for file in parquet_files(blocks_path))
+    return sum(open_parquet(file).metadata.num_rows for file in parquet_files(blocks_path))
 
 
 class _Lists:
