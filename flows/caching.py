@@ -19,7 +19,6 @@ Deleting a run deletes its cache.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import os
@@ -31,7 +30,7 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
 from realm.model.publish import MANIFEST_FILE
-from realm.model.training.stage_inputs import content_digest
+from realm.model.training.stage_inputs import content_digest, json_digest
 from realm.schemas.run_layout import RunLayout
 
 CACHE_DIR = ".realm-cache"
@@ -77,8 +76,7 @@ def cache_key(fn: Callable, args: tuple, kwargs: dict, root: Path, reads: Iterab
     content of `reads`, paths inside `root` written relative to it."""
     arguments = json.loads(json.dumps([list(args), kwargs], default=_plain))
     contents = {str(path): content_digest(path) for path in reads}
-    payload = json.dumps([inspect.getsource(fn), _in_cache(arguments, root), _in_cache(contents, root)], sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+    return json_digest([inspect.getsource(fn), _in_cache(arguments, root), _in_cache(contents, root)])[:32]
 
 
 def _writes_digest(writes: Iterable[str | os.PathLike], root: Path) -> dict[str, str | None]:
@@ -86,9 +84,9 @@ def _writes_digest(writes: Iterable[str | os.PathLike], root: Path) -> dict[str,
     digests = {}
     for directory in map(Path, writes):
         manifests = sorted(directory.rglob(MANIFEST_FILE)) if directory.is_dir() else None
-        digests[_in_cache(str(directory), root)] = None if manifests is None else hashlib.sha256(
-            json.dumps({p.relative_to(directory).as_posix(): p.read_text() for p in manifests}).encode()
-        ).hexdigest()
+        digests[_in_cache(str(directory), root)] = None if manifests is None else json_digest(
+            {p.relative_to(directory).as_posix(): p.read_text() for p in manifests}
+        )
     return digests
 
 

@@ -3,12 +3,12 @@ recorded with a digest so that a re-run on another split stops instead of mixing
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import defaultdict
 from pathlib import Path
 
 from realm.flows.reproduce_systems import ReproduceParams
+from realm.model.training.stage_inputs import json_digest
 
 
 def split_questions(params: ReproduceParams, directory: Path) -> tuple[str, list[str]]:
@@ -31,7 +31,7 @@ def split_questions(params: ReproduceParams, directory: Path) -> tuple[str, list
             kept.append(example)
     files = {"train.jsonl": kept} | {f"{d}.eval.jsonl": examples for d, examples in sorted(evaluation.items())}
     texts = {name: _questions_jsonl(examples) for name, examples in files.items()}
-    digest = hashlib.sha256(json.dumps(texts, sort_keys=True).encode()).hexdigest()
+    digest = json_digest(texts)
     record = directory / "split.json"
     if record.exists() and json.loads(record.read_text())["sha256"] != digest:
         raise ValueError(
