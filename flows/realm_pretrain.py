@@ -3,13 +3,15 @@
 The trainer (`realm.model.training.train_pretrain.PretrainTrainer.run`) runs the loop; every
 `refresh_every` steps it saves a snapshot of the doc tower and asks this flow for a refresh:
 the `refresh_index` task re-embeds every block with that snapshot and publishes a new MIPS
-index (temp dir + rename) while training goes on. Each step the trainer checks the refresh;
-once published, it swaps the new index in and logs the staleness (steps between snapshot and
-swap). The flow logs the progress and the evaluations, draws the curves and publishes the
-summary and the refreshes as artifacts. A killed run restarts from its last checkpoint and
-the index that checkpoint trained against; a half-written index is never opened. With the
-doc tower frozen (`cached_doc_embeddings`) there is nothing to refresh: the run trains against
-the index its tower built, and fine-tuning reads that one.
+index (temp dir + rename) while training goes on. `refresh_every` steps after its snapshot,
+when the next refresh starts, the trainer swaps the new index in (waiting for it, with a
+warning, if it is not published yet: the index of each step never depends on how fast a build
+ran) and logs the staleness (steps between snapshot and swap). The flow logs the progress and
+the evaluations, draws the curves and publishes the summary and the refreshes as artifacts. A
+killed run restarts from its last checkpoint, the index that checkpoint trained against and
+the refresh it had in flight (from the same snapshot); a half-written index is never opened.
+With the doc tower frozen (`cached_doc_embeddings`) there is nothing to refresh: the run
+trains against the index its tower built, and fine-tuning reads that one.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from realm.flows.reporting import TrainingReporter
 
 @task(name="realm-refresh-index", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
 def refresh_index(
-    output: str, model_preset: str, snapshot_dir: str, snapshot_step: int, max_block_wordpieces: int, keep: int,
-    device: str | None,
+    output: str, model_preset: str, snapshot_dir: str, snapshot_step: int, max_block_wordpieces: int, device: str | None,
 ) -> dict:
     """Re-embed every block with the doc-tower snapshot and publish `index/<snapshot_step>/`
-    (and its embeddings), keeping the newest `keep` of each."""
+    (and its embeddings). Prunes neither: the trainer does once it swaps the index in, as only
+    it knows which index is in use."""
     import time
 
     from realm.model.networks.config import ModelConfig
@@ -40,7 +42,7 @@ def refresh_index(
     started = time.perf_counter()
     path = rebuild_index(
         layout.blocks, snapshot_dir, layout.embeddings, layout.index, snapshot_step,
-        ModelConfig.preset(model_preset), keep, device=select_device(device), max_block_wordpieces=max_block_wordpieces,
+        ModelConfig.preset(model_preset), keep=None, device=select_device(device), max_block_wordpieces=max_block_wordpieces,
     )
     seconds = time.perf_counter() - started
     get_run_logger().info("published index %s (snapshot step %d) in %.1f s", path, snapshot_step, seconds)
@@ -71,6 +73,7 @@ def realm_pretrain(
     from realm.model.networks.checkpoint import latest_checkpoint
     from realm.model.networks.config import ModelConfig
     from realm.model.networks.device import select_device
+    from realm.model.training.pretrain_index import IndexRoots
     from realm.model.training.train_pretrain import HELD_OUT, PretrainHooks, PretrainTrainer
 
     logger = get_run_logger()
@@ -87,8 +90,7 @@ def realm_pretrain(
 
     def refresh(snapshot_dir: str, snapshot_step: int) -> _RefreshTaskRun:
         return _RefreshTaskRun(refresh_index.submit(
-            str(layout.root), run.model_preset, snapshot_dir, snapshot_step, params.max_block_wordpieces,
-            params.keep_checkpoints, run.device,
+            str(layout.root), run.model_preset, snapshot_dir, snapshot_step, params.max_block_wordpieces, run.device,
         ))
 
     def evaluated(step: int, which: str, evaluation: dict) -> None:
@@ -96,7 +98,8 @@ def realm_pretrain(
         if which == HELD_OUT:  # the curves' points; another set at the same step would overwrite them
             reporter.record({"step": step, **evaluation})
 
-    result = trainer.run(PretrainHooks(reporter, evaluated, refresh), layout.index, layout.embeddings, str(layout.snapshots))
+    roots = IndexRoots(layout.index, layout.embeddings, str(layout.snapshots))
+    result = trainer.run(PretrainHooks(reporter, evaluated, refresh), roots)
     reporter.publish_curves(("loss", "retrieval_entropy", "accuracy_with_retrieval", "accuracy_null_only"))
     _publish_summary(result.evaluations, result.refreshes)
     return _flow_result(result)

@@ -92,7 +92,7 @@ def index_corpus(
         write_embeddings(str(staging), kept_ids[reuse], kept_vectors[reuse], doc_tower_step, part=1)
     update = dict(embedded=stats.num_blocks, reused=int(reuse.sum()), dropped=int((~reuse).sum()))
     published = publish_embeddings_and_index(
-        staging, embeddings_root, index_root, version, VERSIONS_KEPT, doc_tower, max_block_wordpieces,
+        staging, embeddings_root, index_root, version, VERSIONS_KEPT, doc_embedder_dir, doc_tower, max_block_wordpieces,
         version=version, **update, **lineage_extra,
     )
     result = CorpusIndexUpdate(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -234,10 +235,16 @@ class MipsIndex:
         return np.asarray(self.vectors[self._lookup.rows(block_ids.ravel())]).reshape(*block_ids.shape, -1)
 
     def save(
-        self, index_root: str | os.PathLike, step: int, keep: int | None = None, lineage: dict | None = None
+        self,
+        index_root: str | os.PathLike,
+        step: int,
+        keep: int | None = None,
+        lineage: dict | None = None,
+        uses: Iterable[str | os.PathLike] = (),
     ) -> Path:
         """Publish as `<index_root>/<step>/` (atomic rename), keeping the newest `keep` steps (None:
-        all); `lineage` (`realm.model.index.lineage`) goes into the manifest."""
+        all); `lineage` (`realm.model.index.lineage`) goes into the manifest, and so do the
+        published directories it `uses` (kept as long as it is, `realm.model.publish.prune`)."""
         staging = staging_dir(index_root, step)
         faiss.write_index(self.index, str(staging / INDEX_FILE))
         np.save(staging / VECTORS_FILE, np.asarray(self.vectors))
@@ -250,7 +257,7 @@ class MipsIndex:
             "config": dataclasses.asdict(self.config),
             **({"lineage": lineage} if lineage is not None else {}),
         }
-        return publish(staging, index_root, step, keep, metadata=metadata)
+        return publish(staging, index_root, step, keep, uses=uses, metadata=metadata)
 
     @classmethod
     def load(cls, path: str | os.PathLike, expected_dim: int | None = None) -> MipsIndex:

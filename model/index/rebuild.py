@@ -65,14 +65,15 @@ def rebuild_index(
     index_root: str,
     snapshot_step: int,
     model_config: ModelConfig,
-    keep: int,
+    keep: int | None,
     device: torch.device | None = None,
     max_block_wordpieces: int = MAX_BLOCK_WORDPIECES,
 ) -> str:
     """Re-embed every block with the doc tower saved in `doc_embedder_dir`, publish the
     embeddings as `<embeddings_root>/<snapshot_step>/`, build the MIPS index
     (`IndexConfig.for_corpus`) and publish it as `<index_root>/<snapshot_step>/`; returns
-    that path. Of each root the newest `keep` steps are kept (and any a checkpoint uses).
+    that path. Of each root the newest `keep` steps are kept (and any a manifest uses; None:
+    all).
 
     Loads its own copy of the tower and touches nothing of the trainer's, so it may run in a
     background thread while `train_step` runs in the main one. `max_block_wordpieces` must be
@@ -92,7 +93,7 @@ def rebuild_index(
         total_blocks=count_blocks(blocks_path),
     )
     published = publish_embeddings_and_index(
-        staging, embeddings_root, index_root, snapshot_step, keep,
+        staging, embeddings_root, index_root, snapshot_step, keep, doc_embedder_dir,
         doc_tower_fingerprint(doc_embedder_dir, snapshot_step), max_block_wordpieces,
     )
     log.info(
@@ -107,7 +108,8 @@ def publish_embeddings_and_index(
     embeddings_root: str,
     index_root: str,
     step: int,
-    keep: int,
+    keep: int | None,
+    doc_embedder_dir: str,
     doc_tower: dict,
     max_block_wordpieces: int,
     **lineage_extra,
@@ -115,8 +117,11 @@ def publish_embeddings_and_index(
     """Publish the embeddings written into `staging` as `<embeddings_root>/<step>/`, build the
     MIPS index over them (`IndexConfig.for_corpus`) and publish it as `<index_root>/<step>/`
     with its lineage (`realm.model.index.lineage`; `lineage_extra` adds to it); returns the
-    index's path. Of each root the newest `keep` steps are kept."""
+    index's path. Of each root the newest `keep` steps are kept. The index uses the doc tower
+    in `doc_embedder_dir` (`doc_tower` is its fingerprint): a doc-tower snapshot is kept as long
+    as an index it embedded, which `realm index` embeds other corpora with."""
     embeddings_dir = publish(staging, embeddings_root, step, keep)
     block_ids, vectors = load_embeddings(str(embeddings_dir))
     index = MipsIndex.build(vectors, block_ids, IndexConfig.for_corpus(len(block_ids)))
-    return index.save(index_root, step, keep, index_lineage(doc_tower, block_ids, max_block_wordpieces, **lineage_extra))
+    lineage = index_lineage(doc_tower, block_ids, max_block_wordpieces, **lineage_extra)
+    return index.save(index_root, step, keep, lineage, uses=[doc_embedder_dir])

@@ -28,7 +28,8 @@ class RetentionConfig(BaseModel):
 
     # Two: if the newest turns out damaged, the run resumes from the one before it.
     keep_checkpoints: int = Field(
-        2, ge=1, description="newest checkpoints kept per stage (pre-training: also its newest indexes and embeddings); "
+        2, ge=1, description="newest checkpoints kept per stage (pre-training: also its newest indexes, embeddings and "
+        "doc-tower snapshots); "
         "the best one and any a later stage started from or trains against are kept too",
     )
 
@@ -95,7 +96,8 @@ class PretrainConfig(RetentionConfig):
         1000, ge=0, description="no gradient into either retriever tower before this step, while the fresh MLM head learns to read"
     )
     refresh_every: int = Field(
-        100, ge=1, description="steps between asynchronous index refreshes (none with cached_doc_embeddings)"
+        100, ge=1, description="steps between asynchronous index refreshes, each swapped in when the next starts "
+        "(none with cached_doc_embeddings)"
     )
     eval_every: int | None = Field(
         None, description="steps between held-out masked-span evaluations (None: only after the last step)"

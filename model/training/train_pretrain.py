@@ -8,12 +8,13 @@ rescores the candidates with the current θ and minimises −log Σ_z p(y|z,x) p
 (`realm.model.training.pretrain_step`). `run` is the loop (`realm.model.training.trainer`):
 
     trainer = PretrainTrainer(blocks, examples, checkpoints, model_config, config, init_retriever=ict_ckpt)
-    result = trainer.run(PretrainHooks(progress, evaluated, refresh), index_root, embeddings_root, snapshot_root)
+    result = trainer.run(PretrainHooks(progress, evaluated, refresh), IndexRoots(index, embeddings, snapshots))
 
 It attaches the first index (`realm.model.training.pretrain_index.attach_index`), asks for a
 refresh every `refresh_every` steps through `hooks.refresh` (the flow's Prefect task) and swaps
-each published one in between steps, checkpoints every `checkpoint_every` steps, evaluates the
-held-out masked spans every `eval_every` steps and at the end, and returns the final index.
+each one in `refresh_every` steps after its snapshot (waiting for a late one), checkpoints
+every `checkpoint_every` steps, evaluates the held-out masked spans every `eval_every` steps
+and at the end, and returns the final index.
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ from realm.model.networks.device import autocast
 from realm.model.networks.encoder import KnowledgeAugmentedEncoder
 from realm.model.networks.marginal import LOG_ZERO
 from realm.model.networks.retriever import Embedder, Retriever
+from realm.model.publish import publish, staging_dir
 from realm.model.training.example_order import batch_rows, heldout_split, untrained_rows
 from realm.model.training.masked_span_accuracy import MaskedSpanTally, marginal_predictions, span_correct
 from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
-from realm.model.training.pretrain_index import IndexRefreshes, RefreshFn, attach_index
+from realm.model.training.pretrain_index import IndexRefreshes, IndexRoots, RefreshFn, attach_index
 from realm.model.training.pretrain_step import (
     PretrainBatch,
     candidate_embeddings,
@@ -95,9 +97,10 @@ class PretrainTrainer(Trainer):
     """REALM pre-training state, step and loop (module docstring).
 
     Resumes from the newest checkpoint under `checkpoint_root` (components, optimizer,
-    scheduler, RNG, and in `extra` the index snapshot step in use); otherwise the towers come
-    from `init_retriever` (an ICT checkpoint dir) or fresh from `model_config`, and the
-    encoder fresh (BERT warm start). The batch of step s is a function of (seed, s).
+    scheduler, RNG, in `extra` the index snapshot step in use and in `paths` the snapshot of
+    the refresh in flight); otherwise the towers come from `init_retriever` (an ICT checkpoint
+    dir) or fresh from `model_config`, and the encoder fresh (BERT warm start). The batch of
+    step s is a function of (seed, s).
     """
 
     def __init__(
@@ -132,6 +135,9 @@ class PretrainTrainer(Trainer):
         optimizer = build_optimizer(modules, config.learning_rate)
         state = self._restore(optimizer, build_scheduler(optimizer, config.warmup_steps, config.steps), config.steps)
         self.index_snapshot_step: int | None = state.extra.get("index_snapshot_step")
+        # The doc-tower snapshot of the refresh in flight (`IndexRefreshes` keeps it current), so
+        # a resumed run starts that refresh again and swaps it in at the step it was due.
+        self.refresh_in_flight: str | None = state.paths.get("refresh_in_flight")
         # Every checkpoint uses it, so retention keeps the checkpoint this stage started from (on
         # resume the same content as the one it started from: it is one of the stage's inputs).
         self.init_retriever = init_retriever
@@ -158,10 +164,13 @@ class PretrainTrainer(Trainer):
 
     # -- the index -------------------------------------------------------------------------
 
-    def snapshot_doc_tower(self, directory: str) -> str:
-        """Save the current doc tower (`save_pretrained`) for `rebuild_index`; call between steps."""
-        self.retriever.doc_embedder.save_pretrained(directory)
-        return str(directory)
+    def snapshot_doc_tower(self, snapshot_root: str) -> str:
+        """Publish the current doc tower (`save_pretrained`, by rename with a manifest) as
+        `<snapshot_root>/<step>/` for `rebuild_index`; call between steps. Returns its path.
+        `IndexRefreshes` prunes old ones."""
+        staging = staging_dir(snapshot_root, self.step)
+        self.retriever.doc_embedder.save_pretrained(staging)
+        return str(publish(staging, snapshot_root, self.step))
 
     def swap_index(self, index: MipsIndex, snapshot_step: int) -> int:
         """Put `index` (built from the doc tower of `snapshot_step`) into use from the next step
@@ -302,23 +311,25 @@ class PretrainTrainer(Trainer):
     def _checkpoint_extra(self) -> dict:
         return {"index_snapshot_step": self.index_snapshot_step}
 
+    def _checkpoint_paths(self) -> dict:
+        return {"refresh_in_flight": self.refresh_in_flight}
+
     def _checkpoint_uses(self) -> list[str | None]:
-        """The index in use and the retriever checkpoint the run started from live as long as
-        the checkpoint does (`realm.model.publish.prune`)."""
-        return [self._index_in_use().path, self.init_retriever]
+        """The index in use, the snapshot of the refresh in flight and the retriever checkpoint
+        the run started from live as long as the checkpoint does (`realm.model.publish.prune`)."""
+        return [self._index_in_use().path, self.refresh_in_flight, self.init_retriever]
 
     def _evaluate(self, hooks: PretrainHooks, which: str, rows: np.ndarray | None = None) -> dict:
         evaluation = self.evaluate_masked_spans(rows)
         hooks.evaluated(self.step, which, evaluation)
         return evaluation
 
-    def run(self, hooks: PretrainHooks, index_root: str, embeddings_root: str, snapshot_root: str) -> PretrainResult:
-        """Pre-train to `config.steps` against indexes published under `index_root` (their
-        embeddings under `embeddings_root`, the doc-tower snapshots they embed with under
-        `snapshot_root`); on resume, against the index the checkpoint was using, so no step
-        sees another one than the uninterrupted run's."""
-        log.info("training against index %s", attach_index(self, index_root, embeddings_root, snapshot_root))
-        refreshes = IndexRefreshes(self, hooks.refresh, snapshot_root)
+    def run(self, hooks: PretrainHooks, roots: IndexRoots) -> PretrainResult:
+        """Pre-train to `config.steps` against indexes published under `roots`; on resume,
+        against the index the checkpoint was using and with the refresh it had in flight, so no
+        step sees another index than the uninterrupted run's."""
+        log.info("training against index %s", attach_index(self, roots))
+        refreshes = IndexRefreshes(self, hooks.refresh, roots)
 
         def evaluate_on_schedule() -> None:
             every = self.config.eval_every
@@ -326,7 +337,7 @@ class PretrainTrainer(Trainer):
                 self._evaluate(hooks, HELD_OUT)
 
         self._train(hooks.progress, before_step=refreshes.before_step, after_step=evaluate_on_schedule)
-        index = refreshes.final_index(index_root)
+        index = refreshes.final_index()
         evaluations = {HELD_OUT: self._evaluate(hooks, HELD_OUT)}
         if self.config.untrained_eval_examples:
             rows = self.untrained_rows(self.config.untrained_eval_examples)

@@ -1,4 +1,5 @@
 import json
+import shutil
 import threading
 
 import pytest
@@ -84,3 +85,21 @@ def test_a_frozen_doc_tower_trains_against_its_first_index_without_refreshing(ru
     assert result["step"] == 6 and result["refreshes"] == []
     assert result["untrained"]["examples"] == 5 and 0.0 <= result["untrained"]["paired_p_value"] <= 1.0
     assert [p.name for p in (run_root / "index").iterdir()] == ["0"] and result["index"].endswith("/index/0")
+
+
+def test_two_runs_with_asynchronous_refreshes_give_the_same_loss_curve(prepared_corpus, tmp_path):
+    """The tiny preset (doc tower trained, candidates re-embedded) with a refresh task every
+    2 of 6 steps: each refresh's index goes into use 2 steps after its snapshot however long
+    the task took, so a second run with the same seed repeats every loss."""
+    curves = []
+    for name in ("first", "second"):
+        root = tmp_path / name
+        shutil.copytree(prepared_corpus, root)
+        params = tiny_params(root)
+        params.pretrain.refresh_every = 2
+        result = realm_pretrain(params.run, params.pretrain)
+        assert [(r["swapped_at_step"], r["staleness_steps"]) for r in result["refreshes"]] == [(4, 2)]
+        rows = [json.loads(line) for line in (root / "reports" / "pretrain_metrics.jsonl").read_text().splitlines()]
+        curves.append([(row["step"], row["loss"], row["index_snapshot_step"]) for row in rows if "loss" in row])
+    assert [index for _, _, index in curves[0]] == [0, 0, 0, 0, 2, 2]
+    assert curves[1] == curves[0]

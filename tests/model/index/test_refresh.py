@@ -17,6 +17,32 @@ def test_refresh_starts_every_n_steps_and_never_overlaps():
     assert scheduler.index_age(250) == 50
 
 
+def test_a_refresh_is_swapped_in_when_the_next_one_starts_whenever_its_build_ended():
+    scheduler = IndexRefreshScheduler(refresh_every_steps=10, index_snapshot_step=0)
+    assert [step for step in range(25) if scheduler.is_time_to_refresh(step)] == list(range(10, 25))
+    assert scheduler.swap_step() is None and not scheduler.is_time_to_swap(24)
+    scheduler.refresh_started(10)
+    assert scheduler.swap_step() == 20
+    assert [step for step in range(10, 25) if scheduler.is_time_to_swap(step)] == list(range(20, 25))
+    assert scheduler.refresh_swapped(20) == 10
+    assert scheduler.is_time_to_refresh(20)  # the next refresh starts at the swap's step
+    scheduler.refresh_started(20)
+    assert (scheduler.swap_step(), scheduler.index_age(25)) == (30, 15)
+
+
+def test_a_resumed_schedule_swaps_the_refresh_in_flight_at_its_checkpoint_when_it_was_due():
+    """Checkpointed at step 25, between the start of the refresh of step 20 and its swap."""
+    resumed = IndexRefreshScheduler(refresh_every_steps=10, index_snapshot_step=10, in_flight_snapshot_step=20)
+    assert not resumed.is_time_to_refresh(25) and not resumed.is_time_to_swap(29)
+    assert resumed.is_time_to_swap(30) and resumed.refresh_swapped(30) == 10
+    assert resumed.is_time_to_refresh(30) and not resumed.is_time_to_refresh(29)
+
+
+def test_a_resumed_schedule_without_a_refresh_in_flight_counts_from_the_index_in_use():
+    resumed = IndexRefreshScheduler(refresh_every_steps=10, index_snapshot_step=0)
+    assert [step for step in range(3, 12) if resumed.is_time_to_refresh(step)] == [10, 11]
+
+
 def test_swap_without_refresh_and_double_start_are_errors():
     scheduler = IndexRefreshScheduler(refresh_every_steps=10)
     with pytest.raises(RuntimeError, match="no refresh in flight"):
@@ -24,11 +50,13 @@ def test_swap_without_refresh_and_double_start_are_errors():
     scheduler.refresh_started(0)
     with pytest.raises(RuntimeError, match="still in flight"):
         scheduler.refresh_started(1)
+    with pytest.raises(ValueError, match="needs refresh_every_steps"):
+        IndexRefreshScheduler(refresh_every_steps=None, in_flight_snapshot_step=3)
 
 
 def test_failed_refresh_allows_a_new_one():
     scheduler = IndexRefreshScheduler(refresh_every_steps=10)
     scheduler.refresh_started(0)
     scheduler.refresh_failed()
-    assert scheduler.index_age(5) is None
+    assert scheduler.index_age(5) is None and scheduler.swap_step() is None
     scheduler.refresh_started(10)
