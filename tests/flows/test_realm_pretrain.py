@@ -96,7 +96,7 @@ def test_two_runs_with_asynchronous_refreshes_give_the_same_loss_curve(prepared_
         root = tmp_path / name
         shutil.copytree(prepared_corpus, root)
         params = tiny_params(root)
-        params.pretrain.refresh_every = 2
+        assert (params.pretrain.refresh_every, params.pretrain.cached_doc_embeddings) == (2, False)
         result = realm_pretrain(params.run, params.pretrain)
         assert [(r["swapped_at_step"], r["staleness_steps"]) for r in result["refreshes"]] == [(4, 2)]
         rows = [json.loads(line) for line in (root / "reports" / "pretrain_metrics.jsonl").read_text().splitlines()]
