@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from realm.model.networks.config import set_transformers_verbosity_error
 from realm.model.networks.encoder import KnowledgeAugmentedEncoder
 from realm.model.publish import MANIFEST_FILE, latest_verified, publish, read_manifest, staging_dir
 from realm.model.networks.reader import Reader
@@ -107,7 +108,9 @@ def best_checkpoint(root: str | os.PathLike) -> Path | None:
 
 
 def load_components(path: str | os.PathLike, device: torch.device | None = None) -> dict[str, PreTrainedModel]:
-    """Every component saved in checkpoint `path`, by name."""
+    """Every component saved in checkpoint `path`, by name (quietly: transformers' load
+    warnings and progress bars are not a user's business)."""
+    set_transformers_verbosity_error()
     path = Path(path)
     names = torch.load(path / TRAINING_STATE_FILE, weights_only=True)["components"]
     components = {name: COMPONENT_CLASSES[name].from_pretrained(path / name) for name in names}

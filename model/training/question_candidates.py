@@ -54,19 +54,7 @@ class CandidateCache:
         `excluded_block_ids` (or take `retrieved`, the (block_ids, found) a checkpoint
         recorded) and find their gold spans."""
         if retrieved is None:
-            k = config.num_candidates
-            depth = k + max((len(e.excluded_block_ids) for e in examples), default=0)
-            hits = [
-                retriever.retrieve(
-                    [e.question for e in batch],
-                    question_wordpieces(tokenizer, [e.question for e in batch], config.max_question_wordpieces),
-                    depth,
-                )
-                for batch in (examples[start : start + batch_size] for start in range(0, len(examples), batch_size))
-            ]
-            retrieved = _without_excluded(
-                np.concatenate([h.block_ids for h in hits]), np.concatenate([h.found for h in hits]), examples, k
-            )
+            retrieved = retrieve_candidates(retriever, tokenizer, examples, config.num_candidates, config, batch_size)
         block_ids, found = retrieved
         gold = [
             [
@@ -76,6 +64,41 @@ class CandidateCache:
             for example, row_ids, row_found in zip(examples, block_ids, found)
         ]
         return cls(block_ids, found, gold)
+
+
+def retrieve_candidates(
+    retriever: QuestionRetriever,
+    tokenizer: WordPieceTokenizer,
+    examples: Sequence[QAExample],
+    k: int,
+    config: FinetuneConfig,
+    batch_size: int = 64,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each example's top `k` blocks other than its `excluded_block_ids`, best first ([n, k]
+    block ids and found flags, -1 / False where fewer exist)."""
+    depth = k + max((len(e.excluded_block_ids) for e in examples), default=0)
+    hits = [
+        retriever.retrieve(
+            [e.question for e in batch],
+            question_wordpieces(tokenizer, [e.question for e in batch], config.max_question_wordpieces),
+            depth,
+        )
+        for batch in (examples[start : start + batch_size] for start in range(0, len(examples), batch_size))
+    ]
+    return _without_excluded(np.concatenate([h.block_ids for h in hits]), np.concatenate([h.found for h in hits]), examples, k)
+
+
+def join_candidates(
+    first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """`first`'s candidates, then `second`'s that `first` lacks, row by row (block ids and found
+    flags, [n, k1 + k2]; a repeat becomes -1 / False, so every row keeps the same width)."""
+    (first_ids, first_found), (second_ids, second_found) = first, second
+    extra_ids, extra_found = second_ids.copy(), second_found.copy()
+    for row in range(len(first_ids)):
+        repeats = np.isin(second_ids[row], first_ids[row][first_found[row]])
+        extra_ids[row, repeats], extra_found[row, repeats] = -1, False
+    return np.concatenate([first_ids, extra_ids], axis=1), np.concatenate([first_found, extra_found], axis=1)
 
 
 def _without_excluded(

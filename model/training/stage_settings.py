@@ -131,6 +131,11 @@ class FinetuneConfig(RetentionConfig):
     num_candidates: int = Field(
         20, ge=1, description="blocks retrieved once per question: the early-update range and the pool read from"
     )
+    bm25_candidates: int = Field(
+        0, ge=0, description="BM25's top blocks joined to each question's dense candidates, so questions the starting "
+        "query tower misses still train the reader and pull the tower towards their answer (DPR's BM25 positives; "
+        "BM25 runs read BM25's candidates already)",
+    )
     validation_fraction: float = Field(
         0.05, ge=0, lt=1, description="questions held out by hash and answered at each checkpoint to pick the best"
     )

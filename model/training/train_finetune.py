@@ -38,12 +38,13 @@ from realm.model.networks.config import ModelConfig
 from realm.model.qa.answer_metrics import exact_match
 from realm.model.qa.answering import Answerer
 from realm.model.qa.qa_data import QAExample, hash_chosen
-from realm.model.qa.question_retrieval import is_bm25_index, load_question_retriever
+from realm.model.index.bm25 import Bm25Index
+from realm.model.qa.question_retrieval import Bm25Retriever, is_bm25_index, load_question_retriever
 from realm.model.training.example_order import batch_rows
 from realm.model.training.finetune_loss import finetune_loss
 from realm.model.training.finetune_start import WARM_START, initial_components
 from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
-from realm.model.training.question_candidates import CandidateCache
+from realm.model.training.question_candidates import CandidateCache, join_candidates, retrieve_candidates
 from realm.model.training.stage_inputs import json_digest, stage_inputs
 from realm.model.training.stage_settings import FinetuneConfig
 from realm.model.training.trainer import ProgressFn, Trainer
@@ -130,13 +131,19 @@ class FinetuneTrainer(Trainer):
         if self.resume:
             recorded = checkpoint_extra(self.resume.checkpoint)["candidates"]
             retrieved = recorded["block_ids"].numpy(), recorded["found"].numpy()
+        elif dense and config.bm25_candidates:
+            bm25 = Bm25Retriever(Bm25Index.from_blocks(blocks_path), self.device)
+            retrieved = join_candidates(
+                retrieve_candidates(self.retriever, self.tokenizer, self.training, config.num_candidates, config),
+                retrieve_candidates(bm25, self.tokenizer, self.training, config.bm25_candidates, config),
+            )
         self.candidates = CandidateCache.build(
             self.retriever, self.tokenizer, self.blocks, self.training, model_config, config, retrieved
         )
         self.rows = np.flatnonzero(self.candidates.holds_answer.any(axis=1))
         if len(self.rows) == 0:
             raise ValueError(
-                f"none of the {len(self.training)} training questions has an answer in its top {config.num_candidates} blocks"
+                f"none of the {len(self.training)} training questions has an answer among its candidate blocks"
             )
         total_steps = math.ceil(config.epochs * len(self.rows) / config.batch_size)
 
@@ -152,9 +159,9 @@ class FinetuneTrainer(Trainer):
             self.counts, self.final_loss, self.best = dict.fromkeys(COUNTS, 0), None, None
         self.index_path = str(index_path)
         log.info(
-            "fine-tuning on %d of %d questions (%d without an answer in their top %d blocks, %d held out for validation), "
-            "%.3g epochs = %d steps from step %d",
-            len(self.rows), len(examples), len(self.training) - len(self.rows), config.num_candidates,
+            "fine-tuning on %d of %d questions (%d without an answer among their %d candidate blocks, %d held out for "
+            "validation), %.3g epochs = %d steps from step %d",
+            len(self.rows), len(examples), len(self.training) - len(self.rows), self.candidates.block_ids.shape[1],
             len(self.validation), config.epochs, total_steps, self.step,
         )
 

@@ -6,6 +6,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+import transformers
 
 from realm.model.networks.checkpoint import (
     best_checkpoint,
@@ -114,6 +115,16 @@ def test_round_trip_restores_every_component_exactly(small_vocab_config, tmp_pat
         assert type(loaded[name]) is type(model)
         for (key, want), (_, got) in zip(model.state_dict().items(), loaded[name].state_dict().items()):
             assert torch.equal(want, got), f"{name}.{key}"
+
+
+def test_loading_a_checkpoint_prints_no_library_progress_bars(small_vocab_config, tmp_path, capfd):
+    """`realm evaluate` and `realm ask` load checkpoints: transformers' "Loading weights" bars
+    are noise in a user's output and in the flow logs."""
+    transformers.utils.logging.enable_progress_bar()
+    path = save_checkpoint(tmp_path, 1, _fresh_components(small_vocab_config))
+    capfd.readouterr()
+    load_components(path)
+    assert "Loading weights" not in capfd.readouterr().err
 
 
 def test_latest_checkpoint_ignores_incomplete_ones(small_vocab_config, tmp_path):

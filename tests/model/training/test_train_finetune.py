@@ -12,7 +12,7 @@ import torch
 from realm.model.qa.answering import Answerer
 from realm.model.index.block_store import BlockStore
 from realm.model.index.bm25 import Bm25Index
-from realm.model.networks.checkpoint import best_checkpoint, load_components, save_checkpoint
+from realm.model.networks.checkpoint import best_checkpoint, checkpoint_extra, load_components, save_checkpoint
 from realm.model.networks.config import build_component
 from realm.model.networks.encoder import build_encoder
 from realm.model.training.stage_settings import FinetuneConfig
@@ -336,3 +336,23 @@ def test_reader_dropout_sets_the_readers_hidden_dropout_alone_and_is_saved_with_
     assert saved["reader"].config.attention_probs_dropout_prob == 0.05
     assert saved["query_embedder"].config.hidden_dropout_prob == 0.05
     assert {m.p for m in saved["reader"].bert.encoder.modules() if isinstance(m, torch.nn.Dropout)} == {0.3, 0.05}
+
+
+def test_bm25_candidates_add_the_questions_the_query_tower_misses_and_a_resume_keeps_them(
+    qa_corpus, tmp_path, tiny_config, distinct_vectors_index
+):
+    """Over random block vectors the starting tower's single candidate rarely holds the answer;
+    with BM25's top 2 joined, every answerable question trains, and the joined candidates are
+    what the checkpoint records and a resumed stage reads."""
+    index = (qa_corpus[0], distinct_vectors_index)
+    config = CONFIG.model_copy(update={"num_read": 1, "num_candidates": 1, "checkpoint_every": 1})
+    dense_only, _ = _train(index, tmp_path / "dense", tiny_config, config)
+    config_joined = config.model_copy(update={"bm25_candidates": 2})
+    joined, _ = _train(index, tmp_path / "joined", tiny_config, config_joined)
+    assert dense_only["training_questions"] < 4
+    assert joined["training_questions"] == 4
+    recorded = checkpoint_extra(joined["checkpoint"])["candidates"]["block_ids"]
+    assert recorded.shape == (len(EXAMPLES), 3)
+    resumed = FinetuneTrainer(EXAMPLES, *index, None, str(tmp_path / "joined"), tiny_config, config_joined, CPU)
+    assert resumed.step == joined["step"]
+    assert np.array_equal(resumed.candidates.block_ids, recorded.numpy())
