@@ -129,7 +129,7 @@ class Reader(BertPreTrainedModel):
 
 
 # What one more forward pass costs beyond its wordpieces, in wordpieces: streaming the 6-layer
-# reader's ~44 MB of bf16 weights once and the per-layer call overhead (on the 2-core CPU a
+# reader's ~21 MB of bf16 Linear weights once and the per-layer call overhead (on the 2-core CPU a
 # forward of 1 x 16 wordpieces takes as long as ~150 more wordpieces in a full batch).
 FORWARD_COST_WORDPIECES = 128
 
