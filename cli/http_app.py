@@ -8,8 +8,9 @@
     GET  /                                           -> a page: ask, see the answer in its evidence
 
 The model and index load once. Questions from concurrent requests go through one queue and
-are answered in batches by one worker thread (`AnswerQueue`): the CPU runs one forward pass at
-a time instead of one per request, and questions that arrive together share it.
+are answered in batches by a fixed number of worker threads (`AnswerQueue`; `realm serve` runs
+one per core, each on one torch thread): the CPU runs at most one forward pass per core instead
+of one per request, and questions that arrive together share it.
 """
 
 from __future__ import annotations
@@ -75,17 +76,21 @@ class _Pending:
 
 
 class AnswerQueue:
-    """One worker thread answers queued questions, up to `max_batch` at a time, grouped by
-    their read/retrieve sizes."""
+    """`workers` threads answer queued questions, each up to `max_batch` at a time, grouped by
+    their read/retrieve sizes; the Answerer is only read, so they share it."""
 
-    def __init__(self, answerer: Answerer, max_batch: int = MAX_BATCH):
+    def __init__(self, answerer: Answerer, max_batch: int = MAX_BATCH, workers: int = 1):
         self.answerer = answerer
         self.max_batch = max_batch
         self.answered = 0
         self.largest_batch = 0
+        self._counts = threading.Lock()
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._work, name="realm-answer-queue", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"realm-answer-queue-{n}", daemon=True) for n in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, question: str, num_read: int, num_retrieve: int) -> Future:
         future: Future = Future()
@@ -97,14 +102,19 @@ class AnswerQueue:
         return self._queue.qsize()
 
     def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
+        for _ in self._threads:  # one stop per worker: each takes one and ends
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join()
 
     def _work(self) -> None:
         while (first := self._queue.get()) is not None:
             batch, stop = [first], False
-            while len(batch) < self.max_batch and not self._queue.empty():
-                item = self._queue.get_nowait()
+            while len(batch) < self.max_batch:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:  # nothing waiting (or another worker took it)
+                    break
                 if item is None:
                     stop = True
                     break
@@ -114,7 +124,8 @@ class AnswerQueue:
                 return
 
     def _answer(self, batch: Sequence[_Pending]) -> None:
-        self.largest_batch = max(self.largest_batch, len(batch))
+        with self._counts:
+            self.largest_batch = max(self.largest_batch, len(batch))
         groups: dict[tuple[int, int], list[_Pending]] = {}
         for item in batch:
             groups.setdefault((item.num_read, item.num_retrieve), []).append(item)
@@ -125,9 +136,10 @@ class AnswerQueue:
                 for item in items:
                     item.future.set_exception(error)
                 continue
+            with self._counts:
+                self.answered += len(items)
             for item, prediction in zip(items, predictions):
                 item.future.set_result(prediction)
-            self.answered += len(items)
 
 
 def _response(prediction: Prediction, evidence: int) -> AskResponse:
@@ -146,8 +158,8 @@ def _response(prediction: Prediction, evidence: int) -> AskResponse:
     )
 
 
-def create_app(answerer: Answerer, run: str, max_batch: int = MAX_BATCH) -> FastAPI:
-    answers = AnswerQueue(answerer, max_batch)
+def create_app(answerer: Answerer, run: str, max_batch: int = MAX_BATCH, workers: int = 1) -> FastAPI:
+    answers = AnswerQueue(answerer, max_batch, workers)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -266,17 +266,24 @@ def _index(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _serve(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
+    import torch
     import uvicorn
 
     from realm.cli.http_app import create_app
+    from realm.model.networks.device import usable_cores
 
-    app = create_app(_run_answerer(args.run, args.device, args.index), args.run)
+    answerer = _run_answerer(args.run, args.device, args.index, args.bf16_reader)
+    # One worker per core, each forward on one torch thread: a forward split across cores waits
+    # at every op for the slowest core, which another process on the machine stalls (README,
+    # Benchmarks). Set after loading: faiss's thread setting at load is torch's too (one OpenMP).
+    torch.set_num_threads(1)
+    app = create_app(answerer, args.run, workers=usable_cores())
     print(f"realm: serving {args.run} on http://{args.host}:{args.port}/ (Ctrl-C stops)")
     uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
     return 0
 
 
-def _run_answerer(run_root: str, device: str | None, corpus: str | None = None):
+def _run_answerer(run_root: str, device: str | None, corpus: str | None = None, bf16_reader: bool = False):
     """The Answerer of a trained run (`Answerer.from_run`), over `corpus` when given."""
     from realm.model.networks.config import set_transformers_verbosity_error
     from realm.model.networks.device import select_device
@@ -285,7 +292,7 @@ def _run_answerer(run_root: str, device: str | None, corpus: str | None = None):
 
     set_transformers_verbosity_error()
     try:
-        return Answerer.from_run(run_root, device=select_device(device), corpus=corpus)
+        return Answerer.from_run(run_root, device=select_device(device), corpus=corpus, bf16_reader=bf16_reader)
     except ArtifactError:
         raise  # main's one line for a damaged file
     except ValueError as error:  # e.g. a corpus name that is not a plain name
@@ -417,6 +424,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (loopback unless told otherwise)")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--device")
+    serve.add_argument(
+        "--bf16-reader", action="store_true",
+        help="run the reader entirely in bf16: ~13%% less CPU per question, a few answers differ (README, Benchmarks)",
+    )
     _add_index_option(serve)
     serve.set_defaults(handler=_serve)
 

@@ -23,6 +23,7 @@ from typing import Literal
 import faiss
 import numpy as np
 
+from realm.model.networks.device import usable_cores
 from realm.model.publish import MANIFEST_FILE, IntegrityError, latest_verified, publish, staging_dir, verify_step
 
 INDEX_FILE = "index.faiss"
@@ -80,7 +81,7 @@ def ivf_nlist(count: int) -> int:
 
 def set_faiss_threads() -> int:
     """Let faiss use every core this process may run on (OpenMP otherwise may pick fewer)."""
-    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = usable_cores()
     faiss.omp_set_num_threads(threads)
     return threads
 

@@ -45,6 +45,10 @@ class BertInputs:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    def rows(self, index: torch.Tensor, length: int) -> BertInputs:
+        """The rows `index`, cut to their first `length` positions (beyond them, only padding)."""
+        return BertInputs(**{name: t[index, :length] for name, t in self.as_kwargs().items()})
+
 
 def pad_batch(sequences: Sequence[tuple[list[int], list[int]]], pad_id: int) -> BertInputs:
     """Pad (input_ids, token_type_ids) pairs to the batch's longest sequence."""
@@ -65,6 +69,27 @@ def length_sorted_groups(lengths: Sequence[int], group_size: int) -> list[np.nda
     as a full block)."""
     order = np.argsort(np.asarray(lengths), kind="stable")
     return [order[start : start + group_size] for start in range(0, len(order), group_size)]
+
+
+def cheapest_length_groups(lengths: Sequence[int], forward_cost: int) -> list[list[int]]:
+    """Row indices split into batches, each padded to its longest row, that minimise the
+    wordpieces read plus `forward_cost` wordpieces per batch (what a forward pass costs beyond
+    its wordpieces: streaming the weights). Rows sorted by length, split by dynamic
+    programming over where each batch ends."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    cost = [0] + [float("inf")] * len(order)  # cost[end]: the cheapest split of the `end` shortest rows
+    start_of = [0] * (len(order) + 1)
+    for end in range(1, len(order) + 1):
+        longest = lengths[order[end - 1]]
+        for start in range(end):
+            candidate = cost[start] + forward_cost + (end - start) * longest
+            if candidate < cost[end]:
+                cost[end], start_of[end] = candidate, start
+    groups, end = [], len(order)
+    while end:
+        groups.append(order[start_of[end] : end])
+        end = start_of[end]
+    return groups[::-1]
 
 
 def block_sequence(

@@ -22,8 +22,8 @@ from torch import nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
 
 from realm.model.networks.config import ModelConfig, build_component
-from realm.model.networks.inputs import BertInputs, joint_sequence, pad_batch
-from realm.model.networks.marginal import as_float32_or_wider, mask_log_scores, masked_logsumexp
+from realm.model.networks.inputs import BertInputs, cheapest_length_groups, joint_sequence, pad_batch
+from realm.model.networks.marginal import LOG_ZERO, as_float32_or_wider, mask_log_scores, masked_logsumexp
 from realm.model.tokenization import WordPieceTokenizer
 
 
@@ -43,6 +43,10 @@ class SpanTable:
     def to(self, device: torch.device) -> SpanTable:
         """On the device of the reader's hidden states, which `Reader.span_logits` gathers from."""
         return SpanTable(self.starts.to(device), self.ends.to(device), self.valid.to(device), self.max_span)
+
+    def rows(self, index: torch.Tensor, spans: int) -> SpanTable:
+        """The rows `index`, cut to their first `spans` spans."""
+        return SpanTable(self.starts[index, :spans], self.ends[index, :spans], self.valid[index, :spans], self.max_span)
 
     def index(self, start: int, end: int) -> int:
         """Span index of the body-relative span (start, end)."""
@@ -124,10 +128,34 @@ class Reader(BertPreTrainedModel):
         return mask_log_scores(logits, spans.valid)
 
 
+# What one more forward pass costs beyond its wordpieces, in wordpieces: streaming the 6-layer
+# reader's ~21 MB of bf16 Linear weights once and the per-layer call overhead (on the 2-core CPU a
+# forward of 1 x 16 wordpieces takes as long as ~150 more wordpieces in a full batch).
+FORWARD_COST_WORDPIECES = 128
+
+
+def span_logits_by_length(reader: Reader, joint: BertInputs, spans: SpanTable) -> torch.Tensor:
+    """`reader.span_logits` of every row, [n, spans], reading rows of similar length together
+    (`cheapest_length_groups`), each group cut to its longest row: padding a question's read
+    blocks, or a batch of questions', to the longest costs more than a batch saves."""
+    logits = torch.full(spans.valid.shape, LOG_ZERO, device=joint.input_ids.device)
+    lengths = joint.attention_mask.sum(dim=1).tolist()
+    for group in cheapest_length_groups(lengths, FORWARD_COST_WORDPIECES):
+        rows = torch.tensor(group, device=joint.input_ids.device)
+        length = max(lengths[row] for row in group)
+        # A span index is its body offset x max_span + width: a body within `length` wordpieces has none beyond.
+        columns = min(length * spans.max_span, spans.valid.shape[1])
+        logits[rows, :columns] = reader.span_logits(joint.rows(rows, length), spans.rows(rows, columns))
+    return logits
+
+
 def _gather_positions(states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """states [n, length, d], positions [n, spans] -> [n, spans, d]."""
-    index = positions.clamp(max=states.shape[1] - 1)  # invalid spans may point past the end
-    return states.gather(1, index[:, :, None].expand(-1, -1, states.shape[-1]))
+    """states [n, length, d], positions [n, spans] -> [n, spans, d]. Whole rows of the
+    flattened states: ~6x faster on the CPU than `gather` with an index expanded over d."""
+    n, length, d = states.shape
+    index = positions.clamp(max=length - 1)  # invalid spans may point past the end
+    rows = index + torch.arange(n, device=states.device)[:, None] * length
+    return states.reshape(n * length, d).index_select(0, rows.flatten()).view(n, -1, d)
 
 
 def joint_span_logits(

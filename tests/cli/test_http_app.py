@@ -94,3 +94,18 @@ def test_concurrent_questions_are_answered_in_batches_with_the_answers_asked_alo
     assert [r.json()["answer"] for r in responses] == [alone[q] for q in asked]
     assert health["answered"] == 32
     assert health["largest_batch"] == 16
+
+
+def test_two_workers_share_the_queue_and_each_client_gets_the_answer_it_gets_alone(answerer):
+    alone = {q: p.answer for q, p in zip(QUESTIONS, answerer.answer(QUESTIONS, num_read=5, num_retrieve=5))}
+    asked = [QUESTIONS[i % len(QUESTIONS)] for i in range(32)]
+    with TestClient(create_app(answerer, "runs/test", workers=2)) as client:
+        answering = {thread.name for thread in threading.enumerate() if thread.name.startswith("realm-answer-queue")}
+        with ThreadPoolExecutor(max_workers=32) as pool:
+            responses = list(pool.map(lambda q: client.post("/ask", json={"question": q}), asked))
+        health = client.get("/health").json()
+    assert len(answering) == 2
+    assert [r.status_code for r in responses] == [200] * 32
+    assert [r.json()["answer"] for r in responses] == [alone[q] for q in asked]
+    assert health["answered"] == 32
+    assert not any(thread.name.startswith("realm-answer-queue") for thread in threading.enumerate())  # closed: both ended

@@ -1,13 +1,16 @@
 import pytest
 import torch
 
+from realm.model.networks.inputs import cheapest_length_groups
 from realm.model.networks.reader import (
+    FORWARD_COST_WORDPIECES,
     best_span,
     build_reader,
     enumerate_spans,
     joint_reader_loss,
     joint_span_logits,
     reader_inputs,
+    span_logits_by_length,
 )
 from realm.model.qa.gold_spans import find_gold_spans
 
@@ -84,3 +87,19 @@ def test_spans_follow_a_body_cut_short_by_the_joint_length(tokenizer):
     assert kept < len(body) and ends.max() == joint.input_ids.shape[1] - 2  # last body wordpiece, before [SEP]
     gold = spans.gold_mask([[(len(body) - 2, len(body) - 1), (0, 1)]])  # the first was cut off
     assert gold.sum() == 1
+
+
+def test_rows_read_in_length_groups_score_their_spans_as_the_padded_batch_does(tiny_config, tokenizer):
+    """Blocks of very different lengths (and the null document) read in groups cut to their
+    longest row: every span's logit as when all are padded to the longest, LOG_ZERO where invalid."""
+    reader = build_reader(tiny_config).eval()
+    question = tokenizer.encode("who wrote the first algorithm")
+    bodies = [tokenizer.encode("ada lovelace wrote it"), [], tokenizer.encode(" ".join(["the engine"] * 100))]
+    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies])
+    with torch.no_grad():
+        padded = reader.span_logits(joint, spans)
+        grouped = span_logits_by_length(reader, joint, spans)
+    assert grouped.shape == padded.shape
+    assert torch.equal(grouped[~spans.valid], padded[~spans.valid])
+    assert torch.allclose(grouped[spans.valid], padded[spans.valid], atol=1e-5)
+    assert [len(g) for g in cheapest_length_groups(joint.attention_mask.sum(1).tolist(), FORWARD_COST_WORDPIECES)] == [2, 1]

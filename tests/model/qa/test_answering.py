@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import numpy as np
@@ -159,6 +160,29 @@ def test_from_checkpoint_answers_as_the_models_it_was_saved_from(answerer, model
     reader_only = save_checkpoint(tmp_path / "bm25-reader", 1, {"reader": reader})
     with pytest.raises(ValueError, match="no query_embedder to retrieve from the dense index"):
         Answerer.from_checkpoint(str(reader_only), index_path, blocks_path, tiny_config, CPU)
+
+
+def test_loaded_under_autocast_it_answers_as_autocast_over_the_saved_models_and_in_bf16_close_to_it(
+    models, qa_corpus, tokenizer, tiny_config, tmp_path
+):
+    """Loading casts the towers' Linear layers to bf16 once: the same scores, to the bit, as
+    autocast casting them on every call. The opt-in bf16 reader scores within bf16's rounding."""
+    blocks_path, index_path = qa_corpus
+    config = dataclasses.replace(tiny_config, cpu_bf16_autocast=True)
+    query_embedder, reader = models
+    checkpoint = save_checkpoint(tmp_path, 3, {"query_embedder": query_embedder, "reader": reader})
+    retriever = DenseRetriever(query_embedder, MipsIndex.load(index_path), tokenizer, config, CPU)
+    autocast = Answerer(retriever, reader, BlockStore.from_parquet(blocks_path, with_text=True), tokenizer, config, CPU)
+    want = autocast.answer(QUESTIONS)
+    loaded = Answerer.from_checkpoint(str(checkpoint), index_path, blocks_path, config, CPU).answer(QUESTIONS)
+    assert [(p.answer, p.score, p.retrieved_block_ids) for p in loaded] == [
+        (p.answer, p.score, p.retrieved_block_ids) for p in want
+    ]
+    bf16 = Answerer.from_checkpoint(str(checkpoint), index_path, blocks_path, config, CPU, bf16_reader=True)
+    got = bf16.answer(QUESTIONS)
+    assert [p.retrieved_block_ids for p in got] == [p.retrieved_block_ids for p in want]
+    assert [p.score for p in got] != [p.score for p in want]
+    assert [p.score for p in got] == pytest.approx([p.score for p in want], abs=0.05)
 
 
 def test_bm25_answerer_reads_the_bm25_top_k_with_a_uniform_retrieval_distribution(
