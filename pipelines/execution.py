@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -32,7 +34,10 @@ from realm.pipelines.dead_letters import METRIC_NAMESPACE_PREFIX
 from realm.pipelines.options import RealmOptions, require
 from realm.pipelines.progress import StageTaps, runs_locally, showing_stage_progress
 from realm.pipelines.staging import move_into_place, replace_shards, staged_output, write_manifests
+from realm.schemas.leftovers import owner_pid, process_running
 
+# A pipeline's private temp folder: `realm-beam-<random>.tmp-<pid>` (`realm.schemas.leftovers`).
+TEMP_PREFIX = "realm-beam-"
 LOCAL_RUNNER_FLAGS = [
     "--direct_num_workers=2",
     "--direct_running_mode=multi_processing",
@@ -80,11 +85,16 @@ def format_summary(counts: dict[str, dict[str, int]], stage_order: list[str]) ->
 
 @contextlib.contextmanager
 def private_temp_folder() -> Iterator[str]:
-    """Python's temp folder is a fresh one of its own (yielded) until the block ends, then removed."""
+    """Python's temp folder is a fresh one of its own (yielded) until the block ends, then
+    removed; one a killed pipeline left (its process gone) is removed first."""
+    default = Path(tempfile.gettempdir())
+    for leftover in default.glob(f"{TEMP_PREFIX}*"):
+        if (pid := owner_pid(leftover.name)) is not None and not process_running(pid):
+            shutil.rmtree(leftover, ignore_errors=True)
     # Beam makes its folders with tempfile.mkdtemp() and no `dir`, so redirecting the
     # process's default is the one handle; a pipeline run is the only work of its process
     # (the CLI, or the prepare task before any other stage starts).
-    folder, previous = tempfile.mkdtemp(prefix="realm-beam-"), tempfile.tempdir
+    folder, previous = tempfile.mkdtemp(prefix=TEMP_PREFIX, suffix=f".tmp-{os.getpid()}"), tempfile.tempdir
     tempfile.tempdir = folder
     try:
         yield

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 
 from apache_beam.io.filesystems import FileSystems
 
+from realm.schemas.leftovers import remove_leftovers
 from realm.schemas.manifest import MANIFEST_FILE, stream_sha256
 
 STAGING_PREFIX = ".staging-"
@@ -33,6 +34,7 @@ STAGING_PREFIX = ".staging-"
 def staged_output(output: str, name: str) -> Iterator[str]:
     """A fresh `<output>/.staging-<name>-<pid>/` to build into, removed when the block ends."""
     staging = FileSystems.join(output, f"{STAGING_PREFIX}{name}-{os.getpid()}")
+    remove_leftovers(output)  # a killed run's staging directory (a local output; os.walk skips gs://)
     _remove_tree(staging)  # left by a killed run that had our pid
     try:
         yield staging
