@@ -5,10 +5,12 @@ re-run with the same inputs and the same task code: the key hashes the task's so
 arguments and the content of the files it `reads` (question files, the corpus, the checkpoint
 and index it starts from: `realm.model.training.stage_inputs.content_digest`), so a file
 edited in place is a new input. A result is reused only while what the stage `writes` (its
-checkpoints) holds what it held when the result was cached: a stage run since on other
-inputs replaced them, and the stage runs again. Paths inside the run are recorded relative to
-it, in the key and in the result, so a run folder copied or moved elsewhere hits its cache
-and gets paths inside the copy.
+checkpoints, the prepared artifacts) holds what it held when the result was cached: a stage
+run since on other inputs replaced them, and the stage runs again. A stage that runs again
+because a file it reads changed says which (against the task's newest cached result); a
+file outside the machine (`gs://...`) is read through Beam's file systems. Paths inside the
+run are recorded relative to it, in the key and in the result, so a run folder copied or
+moved elsewhere hits its cache and gets paths inside the copy.
 
 Prefect's own result persistence is not used: it pickles results and unpickles them on a
 cache hit, so anyone able to write a run folder could run code as whoever runs the flow next.
@@ -31,6 +33,7 @@ from pydantic import BaseModel
 
 from realm.model.publish import MANIFEST_FILE
 from realm.model.training.stage_inputs import content_digest, json_digest
+from realm.schemas.manifest import stream_sha256
 from realm.schemas.run_layout import RunLayout
 
 CACHE_DIR = ".realm-cache"
@@ -52,7 +55,8 @@ def cached_in_run(
     reads, writes = [path for path in reads if path is not None], list(writes)
 
     def run(*args, **kwargs) -> dict:
-        key = cache_key(task.fn, args, kwargs, root, reads)
+        contents = read_digests(reads, root)
+        key = cache_key(task.fn, args, kwargs, root, contents)
         path = root / CACHE_DIR / f"{task.name}-{key}.json"
         logger = get_run_logger()
         if path.is_file():
@@ -64,19 +68,49 @@ def cached_in_run(
             else:
                 logger.info("%s: done before with these inputs and code; result from %s", task.name, path)
                 return _in_run(entry["result"], root)
+        elif changes := _changed_reads(root, task.name, contents):
+            logger.info("%s: %s since its last cached run; running the stage again", task.name, "; ".join(changes))
         result = _in_cache(json.loads(json.dumps(uncached(*args, **kwargs), default=_plain)), root)
-        _write_atomically(path, json.dumps({"result": result, "writes": _writes_digest(writes, root)}, indent=1))
+        entry = {"result": result, "writes": _writes_digest(writes, root), "reads": contents}
+        _write_atomically(path, json.dumps(entry, indent=1))
         return _in_run(result, root)
 
     return run
 
 
-def cache_key(fn: Callable, args: tuple, kwargs: dict, root: Path, reads: Iterable[str | os.PathLike] = ()) -> str:
+def cache_key(fn: Callable, args: tuple, kwargs: dict, root: Path, contents: dict[str, str]) -> str:
     """sha256 of the function's source, its arguments (pydantic models by their JSON) and the
-    content of `reads`, paths inside `root` written relative to it."""
+    content digests of what it reads (`read_digests`), paths inside `root` written relative to it."""
     arguments = json.loads(json.dumps([list(args), kwargs], default=_plain))
-    contents = {str(path): content_digest(path) for path in reads}
-    return json_digest([inspect.getsource(fn), _in_cache(arguments, root), _in_cache(contents, root)])[:32]
+    return json_digest([inspect.getsource(fn), _in_cache(arguments, root), contents])[:32]
+
+
+def read_digests(reads: Iterable[str | os.PathLike], root: Path) -> dict[str, str]:
+    """{path (inside `root` as `$RUN/...`): sha256 of its content} of each of `reads`."""
+    return {_in_cache(str(path), root): _remote_digest(str(path)) if "://" in str(path) else content_digest(path)
+            for path in reads}
+
+
+def _remote_digest(url: str) -> str:
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(url, compression_type="uncompressed") as handle:
+        return stream_sha256(handle)
+
+
+def _changed_reads(root: Path, task_name: str, contents: dict[str, str]) -> list[str]:
+    """What differs between `contents` and the reads of the task's newest cached result,
+    one phrase per file ("x.jsonl changed", "y.jsonl new", "z.jsonl gone")."""
+    entries = [p for p in (root / CACHE_DIR).glob(f"{task_name}-*.json") if len(p.stem) == len(task_name) + 33]
+    newest = max(entries, key=lambda p: p.stat().st_mtime_ns, default=None)
+    before = (_read_entry(newest) or {}).get("reads") if newest else None
+    if before is None:
+        return []
+    return [
+        f"{path} {'new' if path not in before else 'gone' if path not in contents else 'changed'}"
+        for path in sorted(before.keys() | contents.keys())
+        if before.get(path) != contents.get(path)
+    ]
 
 
 def _writes_digest(writes: Iterable[str | os.PathLike], root: Path) -> dict[str, str | None]:
@@ -95,7 +129,8 @@ def _read_entry(path: Path) -> dict | None:
         entry = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
-    return entry if isinstance(entry, dict) and entry.keys() == {"result", "writes"} else None
+    # Entries written before the reads' digests were recorded have no "reads".
+    return entry if isinstance(entry, dict) and entry.keys() - {"reads"} == {"result", "writes"} else None
 
 
 def _in_cache(value, root: Path):

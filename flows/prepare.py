@@ -1,4 +1,8 @@
-"""The corpus-preparation stage as a Prefect task: launches the Beam pipeline through its `run(argv)`."""
+"""The corpus-preparation stage as a Prefect task: launches the Beam pipeline through its `run(argv)`.
+
+The stage's cached result keys on the content of every file `--input` matches (an input
+edited in place under the same name is prepared again, and the log says which file changed)
+and holds only while the prepared artifacts are the ones it wrote."""
 
 from __future__ import annotations
 
@@ -30,8 +34,22 @@ def prepare_corpus(output: str, params: PrepareParams, seed: int) -> dict[str, d
     return counts
 
 
+def input_files(pattern: str | None) -> list[str]:
+    """The files a path or glob names, as the pipeline matches them (local or gs://), sorted."""
+    if not pattern:
+        return []
+    from apache_beam.io.filesystems import FileSystems
+
+    return sorted(match.path for match in FileSystems.match([pattern])[0].metadata_list)
+
+
 @flow(name="realm-prepare")
 def realm_prepare(run: RunParams = RunParams(), params: PrepareParams = PrepareParams()) -> dict:
     """Build blocks, pre-training and ICT examples (skipped when already built with these inputs)."""
+    from realm.pipelines.prepare import OUTPUT_SCHEMAS
+
     layout = RunLayout.at(run.output)
-    return cached_in_run(prepare_corpus, layout)(str(layout.root), params, run.seed)
+    stage = cached_in_run(
+        prepare_corpus, layout, reads=input_files(params.input), writes=[layout.artifact(name) for name in OUTPUT_SCHEMAS]
+    )
+    return stage(str(layout.root), params, run.seed)

@@ -1,4 +1,4 @@
-"""Running a realm pipeline: local defaults, clean artifact directories, live progress, the run summary.
+"""Running a realm pipeline: local defaults, live progress, the run summary, a stage on its own.
 
 Without `--runner`, pipelines run on Beam's local runner with 2 worker processes (this
 project's default machine). While a local run goes on, each stage's counts so far show on
@@ -8,28 +8,36 @@ records each stage kept, skipped and dead-lettered without opening the Parquet f
 Beam's local runner leaves directories in the system temp folder after every pipeline (its
 job server's `beam-temp*`, the staged dependencies' `tmp*`); they go to a private folder
 instead, removed when the pipeline ends.
+
+A stage run on its own (`python -m realm.pipelines.chunk ...`) builds into a staging directory
+and swaps its artifacts in only once it has succeeded (`realm.pipelines.staging`), as
+`realm prepare` does: a run that fails leaves its output as it was.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
+import os
 import shutil
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from realm.pipelines.artifacts import write_stage_outputs
+from realm.pipelines.artifacts import artifact_pattern, write_stage_outputs
 from realm.pipelines.dead_letters import METRIC_NAMESPACE_PREFIX
 from realm.pipelines.options import RealmOptions, require
 from realm.pipelines.progress import StageTaps, runs_locally, showing_stage_progress
+from realm.pipelines.staging import move_into_place, replace_shards, staged_output, write_manifests
+from realm.schemas.leftovers import owner_pid, process_running
 
-LOG = logging.getLogger(__name__)
+# A pipeline's private temp folder: `realm-beam-<random>.tmp-<pid>` (`realm.schemas.leftovers`).
+TEMP_PREFIX = "realm-beam-"
 LOCAL_RUNNER_FLAGS = [
     "--direct_num_workers=2",
     "--direct_running_mode=multi_processing",
@@ -45,14 +53,13 @@ def with_local_defaults(argv: list[str]) -> list[str]:
     return list(argv) if chosen else [*argv, *LOCAL_RUNNER_FLAGS]
 
 
-def clear_artifact(output: str, name: str, file_prefix: str | None = None) -> None:
-    """Delete the shards a previous run left in `<output>/<name>/` (only `file_prefix`-* if given),
-    so a re-run with a different shard count never mixes old and new files."""
-    pattern = FileSystems.join(output, name, f"{file_prefix}-*" if file_prefix else "*")
-    matches = FileSystems.match([pattern])[0].metadata_list
-    if matches:
-        LOG.info("removing %d old file(s) matching %s", len(matches), pattern)
-        FileSystems.delete([m.path for m in matches])
+def require_matches(inputs: list[tuple[str, str | None, str]], output: str) -> None:
+    """FileNotFoundError naming the flag and its value for the first of `inputs` (flag, value
+    given, the pattern it stands for) whose pattern matches no file; None values are not checked."""
+    for flag, given, pattern in inputs:
+        if given and not FileSystems.match([pattern])[0].metadata_list:
+            looked_for = "" if pattern == given else f" (looked for {pattern})"
+            raise FileNotFoundError(f"{flag} {given}: no file matches it{looked_for}; {output} is unchanged")
 
 
 def stage_counters(result) -> dict[str, dict[str, int]]:
@@ -78,11 +85,16 @@ def format_summary(counts: dict[str, dict[str, int]], stage_order: list[str]) ->
 
 @contextlib.contextmanager
 def private_temp_folder() -> Iterator[str]:
-    """Python's temp folder is a fresh one of its own (yielded) until the block ends, then removed."""
+    """Python's temp folder is a fresh one of its own (yielded) until the block ends, then
+    removed; one a killed pipeline left (its process gone) is removed first."""
+    default = Path(tempfile.gettempdir())
+    for leftover in default.glob(f"{TEMP_PREFIX}*"):
+        if (pid := owner_pid(leftover.name)) is not None and not process_running(pid):
+            shutil.rmtree(leftover, ignore_errors=True)
     # Beam makes its folders with tempfile.mkdtemp() and no `dir`, so redirecting the
     # process's default is the one handle; a pipeline run is the only work of its process
     # (the CLI, or the prepare task before any other stage starts).
-    folder, previous = tempfile.mkdtemp(prefix="realm-beam-"), tempfile.tempdir
+    folder, previous = tempfile.mkdtemp(prefix=TEMP_PREFIX, suffix=f".tmp-{os.getpid()}"), tempfile.tempdir
     tempfile.tempdir = folder
     try:
         yield
@@ -124,28 +136,26 @@ def print_summary(output: str, name: str, counts: dict[str, dict[str, int]], sta
     print(format_summary(counts, stage_order))
 
 
-def run_pipeline(
-    build, argv: list[str], output: str, name: str, stage_order: list[str]
-) -> dict[str, dict[str, int]]:
-    """Build with `build(pipeline, taps)`, run to completion, save and print the per-stage counts."""
-    counts = execute(build, argv, name, stage_order)
-    write_summary(output, name, counts)
-    print_summary(output, name, counts, stage_order)
-    return counts
-
-
 def run_single_stage(argv, stage: str, required_flags: list[str], output_schemas: dict, build_outputs):
     """Run one stage on its own: `build_outputs(pipeline, options)` returns the stage's outputs
-    dict, which is written to `--output` (main artifacts replaced, dead letters as `<stage>-*`)."""
+    dict, written under `--output` once the pipeline has succeeded: each main artifact replaced
+    whole, with a manifest; the stage's dead letters replacing its earlier ones (`dead_letter/<stage>-*`).
+    `required_flags` name the input artifacts; one that holds no Parquet file stops the stage first."""
     options = PipelineOptions(argv).view_as(RealmOptions)
     require(options, "output", *required_flags)
-    for name in output_schemas:
-        clear_artifact(options.output, name)
-    clear_artifact(options.output, "dead_letter", stage)
+    given = {flag: getattr(options, flag) for flag in required_flags}
+    require_matches([(f"--{flag}", path, artifact_pattern(path)) for flag, path in given.items()], options.output)
+    with staged_output(options.output, stage) as staging:
 
-    def build(pipeline, taps):
-        outputs = build_outputs(pipeline, options)
-        taps.leaving(stage, outputs)
-        write_stage_outputs(outputs, options.output, stage, output_schemas)
+        def build(pipeline, taps):
+            outputs = build_outputs(pipeline, options)
+            taps.leaving(stage, outputs)
+            write_stage_outputs(outputs, staging, stage, output_schemas)
 
-    return run_pipeline(build, argv, options.output, stage, [stage])
+        counts = execute(build, argv, stage, [stage])
+        write_summary(staging, stage, counts)
+        write_manifests(staging, list(output_schemas))
+        move_into_place(staging, options.output, list(output_schemas), [summary_file(stage)])
+        replace_shards(staging, options.output, "dead_letter", stage)
+    print_summary(options.output, stage, counts, [stage])
+    return counts

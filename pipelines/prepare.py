@@ -23,12 +23,11 @@ from __future__ import annotations
 import sys
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from realm.pipelines.artifacts import ReadArtifact, WriteArtifact, artifact_pattern
 from realm.pipelines.chunk import ChunkDocuments
-from realm.pipelines.execution import execute, print_summary, summary_file, write_summary
+from realm.pipelines.execution import execute, print_summary, require_matches, summary_file, write_summary
 from realm.pipelines.ict import BuildIctExamples
 from realm.pipelines.options import RealmOptions, require
 from realm.pipelines.progress import StageTaps
@@ -87,10 +86,7 @@ def check_inputs(options: RealmOptions) -> None:
     inputs = [("--input", options.input, options.input)]
     if options.knowledge_blocks:
         inputs.append(("--knowledge_blocks", options.knowledge_blocks, artifact_pattern(options.knowledge_blocks)))
-    for flag, given, pattern in inputs:
-        if given and not FileSystems.match([pattern])[0].metadata_list:
-            looked_for = "" if pattern == given else f" (looked for {pattern})"
-            raise FileNotFoundError(f"{flag} {given}: no file matches it{looked_for}; {options.output} is unchanged")
+    require_matches(inputs, options.output)
 
 
 def run(argv: list[str] | None = None) -> dict[str, dict[str, int]]:

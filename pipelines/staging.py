@@ -5,7 +5,9 @@ artifact directory replaces the run's (the old one deleted whole, with anything 
 it) and each staged file replaces the run's file. Each staged artifact gets a manifest of its
 files' sizes and sha256 first (`realm.schemas.manifest`), which readers check. A pipeline
 that fails before that leaves the run exactly as it was, and the staging directory is
-removed either way. Everything goes
+removed either way. A single stage run on its own (`realm.pipelines.execution.run_single_stage`)
+shares `dead_letter/` with the stages before it: it replaces only its own shards there
+(`replace_shards`), and the directory's manifest keeps listing the others'. Everything goes
 through Beam's `FileSystems`, so a `gs://` run root works as a local one does.
 
 Inputs inside the run are safe: the pipeline has read them to the end before anything is
@@ -22,6 +24,7 @@ from collections.abc import Iterator
 
 from apache_beam.io.filesystems import FileSystems
 
+from realm.schemas.leftovers import remove_leftovers
 from realm.schemas.manifest import MANIFEST_FILE, stream_sha256
 
 STAGING_PREFIX = ".staging-"
@@ -31,6 +34,7 @@ STAGING_PREFIX = ".staging-"
 def staged_output(output: str, name: str) -> Iterator[str]:
     """A fresh `<output>/.staging-<name>-<pid>/` to build into, removed when the block ends."""
     staging = FileSystems.join(output, f"{STAGING_PREFIX}{name}-{os.getpid()}")
+    remove_leftovers(output)  # a killed run's staging directory (a local output; os.walk skips gs://)
     _remove_tree(staging)  # left by a killed run that had our pid
     try:
         yield staging
@@ -41,12 +45,8 @@ def staged_output(output: str, name: str) -> Iterator[str]:
 def write_manifests(staging: str, artifacts: list[str]) -> None:
     """`<staging>/<artifact>/manifest.json` for each of `artifacts`: every file's size and sha256."""
     for artifact in artifacts:
-        files = {}
-        for match in sorted(_files(FileSystems.join(staging, artifact)), key=lambda m: m.path):
-            with FileSystems.open(match.path, compression_type="uncompressed") as handle:
-                files[FileSystems.split(match.path)[1]] = {"size": match.size_in_bytes, "sha256": stream_sha256(handle)}
-        with FileSystems.create(FileSystems.join(staging, artifact, MANIFEST_FILE)) as handle:
-            handle.write(json.dumps({"files": files}, indent=2).encode("utf-8"))
+        directory = FileSystems.join(staging, artifact)
+        _write_manifest(directory, _listing(_files(directory)))
 
 
 def move_into_place(staging: str, output: str, artifacts: list[str], files: list[str]) -> None:
@@ -64,8 +64,42 @@ def move_into_place(staging: str, output: str, artifacts: list[str], files: list
         FileSystems.rename([FileSystems.join(staging, file)], [target])
 
 
-def _files(directory: str) -> list:
-    return FileSystems.match([FileSystems.join(directory, "*")])[0].metadata_list
+def replace_shards(staging: str, output: str, artifact: str, prefix: str) -> None:
+    """Replace the `<prefix>-*` files of `<output>/<artifact>/` by those staged in
+    `<staging>/<artifact>/`, leaving its other files; its manifest lists the new files and
+    what it listed of the others (one written by an older realm may list none)."""
+    target = FileSystems.join(output, artifact)
+    before = {FileSystems.split(m.path)[1]: m.path for m in _files(target)}
+    listed = {}
+    if MANIFEST_FILE in before:
+        with FileSystems.open(before[MANIFEST_FILE], compression_type="uncompressed") as handle:
+            listed = json.loads(handle.read().decode("utf-8"))["files"]
+    old = [path for name, path in before.items() if name.startswith(f"{prefix}-")]
+    if old:
+        FileSystems.delete(old)
+    staged = _files(FileSystems.join(staging, artifact), f"{prefix}-*")
+    _make_dirs(target)
+    FileSystems.rename([m.path for m in staged], [FileSystems.join(target, FileSystems.split(m.path)[1]) for m in staged])
+    kept = {name: entry for name, entry in listed.items() if not name.startswith(f"{prefix}-")}
+    _write_manifest(target, kept | _listing(_files(target, f"{prefix}-*")))
+
+
+def _listing(matches: list) -> dict[str, dict]:
+    """{file name: {"size", "sha256"}} of each of `matches` (FileSystems metadata)."""
+    files = {}
+    for match in sorted(matches, key=lambda m: m.path):
+        with FileSystems.open(match.path, compression_type="uncompressed") as handle:
+            files[FileSystems.split(match.path)[1]] = {"size": match.size_in_bytes, "sha256": stream_sha256(handle)}
+    return files
+
+
+def _write_manifest(directory: str, files: dict[str, dict]) -> None:
+    with FileSystems.create(FileSystems.join(directory, MANIFEST_FILE)) as handle:
+        handle.write(json.dumps({"files": dict(sorted(files.items()))}, indent=2).encode("utf-8"))
+
+
+def _files(directory: str, pattern: str = "*") -> list:
+    return FileSystems.match([FileSystems.join(directory, pattern)])[0].metadata_list
 
 
 def _remove_tree(path: str) -> None:

@@ -14,6 +14,7 @@ from realm.pipelines.read_ccnews import url_doc_id
 from realm.schemas import ARTIFACTS, BLOCKS, read_table
 from realm.schemas.manifest import MANIFEST_FILE, IntegrityError
 from tests.pipelines.news_fixture import BRIDGE_HTML, BRIDGE_URL, CAFE_HTML, CAFE_URL, SECTION_HTML, SECTION_URL, warc_records
+from tests.pipelines.run_files import file_bytes
 from tests.pipelines.wikipedia_fixture import ARTICLES, dump_bytes, page
 
 WRITTEN = ["documents", "blocks", "pretrain_examples", "ict_examples", "dead_letter"]
@@ -53,11 +54,6 @@ def prepared_run(tmp_path_factory):
 @pytest.fixture
 def run_copy(prepared_run, tmp_path):
     return shutil.copytree(prepared_run, tmp_path / "run")
-
-
-def file_bytes(root):
-    """Every file under `root` (relative path -> bytes) and every directory, empty ones included."""
-    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
 
 
 def test_vital_corpus_with_the_default_two_worker_runner(tmp_path, monkeypatch, capsys):
