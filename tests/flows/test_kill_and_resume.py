@@ -232,6 +232,6 @@ def test_training_killed_at_more_points(
     case, seed, uninterrupted, prepared_corpus, tmp_path_factory, tmp_path, same_temp_folder
 ):
     """The first seed's killed process starts its own Prefect server: the resume stops it.
-    Pre-training with refresh asserts equal losses too, though until its index swap lands at
-    a set step (not the wall clock's) a slow or busy machine may swap at another step."""
+    Pre-training with refresh gives equal losses too: each refreshed index goes into use at a
+    step fixed by its snapshot's, however long its build ran."""
     _training_case(case, uninterrupted, prepared_corpus, tmp_path_factory, tmp_path, seed, own_server=seed == 1)
