@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from realm.model.networks.config import ModelConfig
+from realm.model.networks.config import ModelConfig, set_transformers_verbosity_error
 from realm.model.networks.device import autocast, select_device
 from realm.model.networks.reader import build_reader
 
@@ -47,6 +47,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=192)
     parser.add_argument("--reps", type=int, default=4)
     args = parser.parse_args()
+    set_transformers_verbosity_error()  # every build warm-starts without a span head: expected, not news
     device = select_device()
     torch.manual_seed(0)
     base = ModelConfig.preset(args.preset)

@@ -32,7 +32,7 @@ class ModelConfig:
     fields below). `num_layers`: keep only the first N transformer layers (None: all of the
     warm start's layers; required for random init). `dropout` sets hidden and attention
     dropout; `hidden_dropout`, when set, the hidden states' alone (attention dropout forces
-    the slow attention path on CPU, hidden dropout ~23% of a reader step: `bench/reader_dropout.py`). `cpu_bf16_autocast`: run forward passes under bf16 autocast on CPU too (on CUDA
+    the slow attention path on CPU, ~2.3x a reader step, hidden dropout ~20%: `bench/reader_dropout.py`). `cpu_bf16_autocast`: run forward passes under bf16 autocast on CPU too (on CUDA
     bf16 autocast is always on where the GPU supports it). `retrieval_pooling`: what a
     retriever tower projects, the final [CLS] state or the mean of its tokens' states.
     """
