@@ -204,12 +204,6 @@ class FinetuneTrainer(Trainer):
     def _best_checkpoint(self) -> str:
         return str(Path(self.checkpoint_root) / BEST_DIR / str(self.best["step"]))
 
-    def _checkpoint(self) -> dict:
-        """Validate, then publish the checkpoint (which records the best validation so far)."""
-        validated = self._validate()
-        self.save_checkpoint()
-        return validated
-
     def _validate(self) -> dict:
         """Answer the validation questions; publish the model as the best when it is."""
         if not self.validation:

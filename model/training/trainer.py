@@ -189,10 +189,16 @@ class Trainer:
         self.last_checkpoint = str(published)
         return self.last_checkpoint
 
-    def _checkpoint(self) -> dict:
-        """Publish a checkpoint; returns what it adds to the step's report (fine-tuning validates)."""
-        self.save_checkpoint()
+    def _validate(self) -> dict:
+        """What a checkpoint adds to its step's report, computed before it is published
+        (fine-tuning answers its validation questions)."""
         return {}
+
+    def _checkpoint(self) -> dict:
+        """Validate, then publish a checkpoint; returns what it adds to the step's report."""
+        validated = self._validate()
+        self.save_checkpoint()
+        return validated
 
     def _train(
         self,
@@ -208,9 +214,14 @@ class Trainer:
                 before_step()
             metrics = self.train_step()
             last = self.step == self.total_steps
-            checkpointed = self._checkpoint() if last or self.step % self.config.checkpoint_every == 0 else {}
-            if progress is not None and (last or self.step % self.config.log_every == 0 or checkpointed):
-                progress({**metrics, **checkpointed})
+            due = last or self.step % self.config.checkpoint_every == 0
+            validated = self._validate() if due else {}
+            # Reported before the checkpoint is published: a process killed between the two
+            # redoes the step and reports it again, where the other order lost its report.
+            if progress is not None and (last or self.step % self.config.log_every == 0 or validated):
+                progress({**metrics, **validated})
+            if due:
+                self.save_checkpoint()
             if after_step is not None:
                 after_step()
         if self.last_checkpoint is None:

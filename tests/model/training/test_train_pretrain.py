@@ -263,9 +263,11 @@ def _refreshing_run(corpus, root: Path, tiny_config, config=REFRESHING, stop_aft
     losses = {}
 
     def progress(metrics: dict) -> None:
-        losses[metrics["step"]] = (metrics["loss"], metrics["index_snapshot_step"])
-        if metrics["step"] == stop_after:
+        # A step is reported before its checkpoint is published: stopping at the report of the
+        # step after `stop_after` leaves that one's checkpoint the newest, as a kill there would.
+        if stop_after is not None and metrics["step"] > stop_after:
             raise StopAfter
+        losses[metrics["step"]] = (metrics["loss"], metrics["index_snapshot_step"])
 
     def refresh(snapshot_dir: str, snapshot_step: int) -> RefreshInAThread:
         return RefreshInAThread(root, blocks_path, snapshot_dir, snapshot_step, tiny_config, config)
