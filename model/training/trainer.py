@@ -194,12 +194,6 @@ class Trainer:
         (fine-tuning answers its validation questions)."""
         return {}
 
-    def _checkpoint(self) -> dict:
-        """Validate, then publish a checkpoint; returns what it adds to the step's report."""
-        validated = self._validate()
-        self.save_checkpoint()
-        return validated
-
     def _train(
         self,
         progress: ProgressFn | None,
@@ -225,4 +219,5 @@ class Trainer:
             if after_step is not None:
                 after_step()
         if self.last_checkpoint is None:
-            self._checkpoint()
+            self._validate()
+            self.save_checkpoint()
