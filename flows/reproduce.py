@@ -15,6 +15,12 @@ This flow trains and evaluates, on one corpus and one set of questions, the syst
                                       the index of the ICT towers is then never refreshed while
                                       pre-training; fine-tuning still reads one built at the end)
 
+A row whose training would repeat another's under the stages' settings is not trained, and the
+table says which it repeats (`ReproduceParams.repeated_systems`): with the retriever frozen
+for all of pre-training (the `default` size), REALM's retriever is ICT's, so the two
+retriever-swap ablations are the orqa and realm rows again; with the doc tower frozen, no
+index is refreshed, so stale_index is the realm row again.
+
 Layout under `output`: `base/` holds the prepared corpus, the ICT warm start and its index
 (`base/index/<ict step>/`); each pre-training variant has a run root of its own (`realm/`,
 `random_spans/`, `stale_index/`) and each system one for its fine-tuning and predictions
@@ -66,6 +72,9 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
     with timer("prepare"):
         realm_prepare(base, stages.prepare)
     specs = {name: SPECS[name] for name in params.effective_systems()}
+    repeated = params.repeated_systems()
+    for name, reason in repeated.items():
+        logger.info("not training %s: it %s", name, reason)  # `systems` naming one is refused
     ict = ict_index = None
     if any(spec.retriever != "bm25" for spec in specs.values()):
         with timer("ict"):
@@ -122,5 +131,5 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
                 "zero_shot_recall_at_5": zero_shot[dataset], "train_seconds": seconds, "seed": params.seed,
             })
         logger.info("%s: %s", name, ", ".join(f"{d} EM {m['em']:.3f}" for d, m in metrics.items()))
-        publish_results(rows, root)
+        publish_results(rows, root, repeated)
     return rows

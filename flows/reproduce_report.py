@@ -9,21 +9,22 @@ from pathlib import Path
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 
-def publish_results(rows: list[dict], root: Path) -> None:
-    """results.parquet, results.md, results.png under `root`, and the table as artifacts."""
+def publish_results(rows: list[dict], root: Path, repeated: dict[str, str]) -> None:
+    """results.parquet, results.md, results.png under `root`, and the table as artifacts;
+    `repeated`: the systems left untrained because they would repeat another row, with why."""
     from realm.schemas import REPRODUCTION_RESULTS, write_table
 
     write_table(str(root / "results.parquet"), rows, REPRODUCTION_RESULTS)
-    markdown = results_markdown(rows)
+    markdown = results_markdown(rows, repeated)
     (root / "results.md").write_text(markdown + "\n", encoding="utf-8")
     _plot(rows, root / "results.png")
     create_table_artifact(key="realm-reproduce-results", table=rows, description="REALM vs ORQA vs BM25, per dataset")
     create_markdown_artifact(key="realm-reproduce-table", markdown=markdown, description="the reproduction table")
 
 
-def results_markdown(rows: list[dict]) -> str:
+def results_markdown(rows: list[dict], repeated: dict[str, str]) -> str:
     """One line per system: EM, reader accuracy and recall@5 per dataset, zero-shot recall@5,
-    wall time, seed."""
+    wall time, seed; then the systems not trained because they would repeat another row."""
     datasets = sorted({r["dataset"] for r in rows})
     by_system: dict[str, dict[str, dict]] = defaultdict(dict)
     for row in rows:
@@ -40,7 +41,8 @@ def results_markdown(rows: list[dict]) -> str:
         values += [f"{first['train_seconds'] / 60:.0f} min", str(first["seed"])]
         lines.append("| " + " | ".join(values) + " |")
     counts = ", ".join(f"{d}: {next(r['n'] for r in rows if r['dataset'] == d)} questions" for d in datasets)
-    return "\n".join(lines) + f"\n\n{counts}."
+    skipped = "".join(f"\n- {system} {reason}." for system, reason in repeated.items())
+    return "\n".join(lines) + f"\n\n{counts}." + (f"\n\nNot trained:{skipped}" if skipped else "")
 
 
 def _cell(value: float | None) -> str:

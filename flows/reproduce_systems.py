@@ -52,8 +52,7 @@ class ReproduceParams(BaseModel):
         0.1, gt=0, lt=1, description="held out of a training dataset that has no evaluation file, by question hash"
     )
     systems: list[SystemName] | None = Field(
-        None, description="systems to train (default: every one that the stages can tell apart; stale_index needs a "
-        "pre-training that refreshes its index, not the default's frozen doc tower)"
+        None, description="systems to train (default: every one that the stages can tell apart; see `repeated_systems`)"
     )
     stale_factor: int = Field(30, ge=1, description="stale_index ablation: refresh_every times this")
     seed: int = 0
@@ -70,17 +69,34 @@ class ReproduceParams(BaseModel):
             stages.pretrain = PretrainParams()
         return stages
 
+    def repeated_systems(self) -> dict[str, str]:
+        """The systems whose training would repeat another row's computation under these
+        stages, each with the reason: an ablation that swaps a retriever or stales an index
+        changes nothing when pre-training never trains that retriever or never refreshes."""
+        pretrain = self.effective_stages().pretrain
+        retriever_trains = pretrain.retriever_frozen_steps < pretrain.steps
+        repeats = {}
+        if not retriever_trains:
+            frozen = f"pre-training keeps the retriever frozen for all its steps (retriever_frozen_steps >= steps = {pretrain.steps})"
+            repeats["realm_retriever_baseline_encoder"] = f"repeats orqa: {frozen}, so its retriever is ICT's"
+            repeats["baseline_retriever_realm_encoder"] = f"repeats realm: {frozen}, so realm's retriever is ICT's"
+        if not retriever_trains or pretrain.cached_doc_embeddings:
+            repeats["stale_index"] = (
+                "repeats realm: the doc tower never trains in pre-training (frozen retriever or "
+                "pretrain.cached_doc_embeddings), so no index is ever refreshed to be stale"
+            )
+        return repeats
+
     def effective_systems(self) -> list[str]:
         if self.systems is not None:
             return list(self.systems)
-        refreshes = not self.effective_stages().pretrain.cached_doc_embeddings
-        return [name for name in SYSTEMS if refreshes or name != "stale_index"]
+        repeats = self.repeated_systems()
+        return [name for name in SYSTEMS if name not in repeats]
 
     @model_validator(mode="after")
-    def _stale_index_needs_refreshes(self) -> ReproduceParams:
-        if "stale_index" in self.effective_systems() and self.effective_stages().pretrain.cached_doc_embeddings:
-            raise ValueError(
-                "stale_index refreshes the index less often, but with pretrain.cached_doc_embeddings the doc tower "
-                "is frozen and no index is ever refreshed: it would repeat the realm row. Drop it from systems."
-            )
+    def _no_repeated_systems(self) -> ReproduceParams:
+        repeats = self.repeated_systems()
+        for name in self.systems or []:
+            if name in repeats:
+                raise ValueError(f"system {name} {repeats[name]}; drop it from systems or change the pre-training stage")
         return self

@@ -38,16 +38,31 @@ def test_held_out_questions_are_stable_disjoint_and_only_taken_where_no_dev_file
     assert rows(again_eval[1]) == rows(evaluation[1]) and rows(again_train) == rows(train)
 
 
-def test_the_stale_index_ablation_is_refused_when_no_index_would_ever_refresh(tmp_path):
+def test_rows_that_would_repeat_another_are_not_trained_and_refused_by_name(tmp_path):
     stages = tiny_params(tmp_path)
-    stages.pretrain.cached_doc_embeddings = True
-    with pytest.raises(ValidationError, match="stale_index"):
+    stages.pretrain.cached_doc_embeddings = True  # the doc tower is frozen: no index refreshes
+    with pytest.raises(ValidationError, match="stale_index repeats realm"):
         ReproduceParams(qa_train=["train.jsonl"], stages=stages, systems=list(SYSTEMS))
     assert ReproduceParams(qa_train=["train.jsonl"], stages=stages).effective_systems() == [
         s for s in SYSTEMS if s != "stale_index"
     ]
-    stages.pretrain.cached_doc_embeddings = False
+    stages.pretrain.retriever_frozen_steps = stages.pretrain.steps  # and the query tower never trains
+    params = ReproduceParams(qa_train=["train.jsonl"], stages=stages)
+    assert params.effective_systems() == ["bm25", "orqa", "realm", "random_spans"]
+    assert {name: reason.split(":")[0] for name, reason in params.repeated_systems().items()} == {
+        "realm_retriever_baseline_encoder": "repeats orqa", "baseline_retriever_realm_encoder": "repeats realm",
+        "stale_index": "repeats realm",
+    }
+    with pytest.raises(ValidationError, match="baseline_retriever_realm_encoder repeats realm"):
+        ReproduceParams(qa_train=["train.jsonl"], stages=stages, systems=["realm", "baseline_retriever_realm_encoder"])
+    stages.pretrain.cached_doc_embeddings = False  # frozen towers refresh nothing either
+    assert "stale_index" in ReproduceParams(qa_train=["train.jsonl"], stages=stages).repeated_systems()
+    stages.pretrain.retriever_frozen_steps = stages.pretrain.steps - 1
     assert ReproduceParams(qa_train=["train.jsonl"], stages=stages).effective_systems() == list(SYSTEMS)
+
+
+def test_the_default_size_trains_the_four_rows_it_can_tell_apart():
+    assert ReproduceParams(qa_train=["train.jsonl"]).effective_systems() == ["bm25", "orqa", "realm", "random_spans"]
 
 
 def test_every_system_of_the_table_trains_evaluates_and_is_reported(run_root, tmp_path):
@@ -75,7 +90,7 @@ def test_every_system_of_the_table_trains_evaluates_and_is_reported(run_root, tm
     assert seconds["orqa"] == stage["prepare"] + stage["ict"] + stage["ict_index"] + stage["finetune_orqa"]
     assert seconds["stale_index"] == stage["prepare"] + stage["ict"] + stage["pretrain_stale_index"] + stage["finetune_stale_index"]
     markdown = (run_root / "results.md").read_text()
-    assert all(f"| {system} |" in markdown for system in SYSTEMS)
+    assert all(f"| {system} |" in markdown for system in SYSTEMS) and "Not trained" not in markdown
     assert (run_root / "results.png").stat().st_size > 0
     assert pq.read_schema(run_root / "results.parquet").names == REPRODUCTION_RESULTS.names
     assert (run_root / "stale_index" / "index").is_dir() and (run_root / "systems" / "bm25" / "bm25").is_dir()
