@@ -122,8 +122,7 @@ class Reader(BertPreTrainedModel):
         # spans against each other, and bf16's 8-bit mantissa ties scores ~0.4% apart.
         with torch.autocast(hidden.device.type, enabled=False):
             start_part, end_part = self.span_projection(hidden.float()).chunk(2, dim=-1)  # [n, length, span_hidden] x2
-            span_hidden = _gather_positions(start_part, spans.starts) + _gather_positions(end_part, spans.ends)
-            span_hidden = self.span_norm(torch.relu(span_hidden))  # [n, spans, span_hidden]
+            span_hidden = self.span_norm(_span_sums(start_part, end_part, spans).relu_())  # [n, spans, span_hidden]
             logits = self.span_output(span_hidden).squeeze(-1)  # [n, spans]
         return mask_log_scores(logits, spans.valid)
 
@@ -147,6 +146,19 @@ def span_logits_by_length(reader: Reader, joint: BertInputs, spans: SpanTable) -
         columns = min(length * spans.max_span, spans.valid.shape[1])
         logits[rows, :columns] = reader.span_logits(joint.rows(rows, length), spans.rows(rows, columns))
     return logits
+
+
+def _span_sums(start_part: torch.Tensor, end_part: torch.Tensor, spans: SpanTable) -> torch.Tensor:
+    """start_part at each span's start + end_part at its end, [n, spans, d], from the table's
+    layout (span index = body offset · max_span + width − 1; `enumerate_spans`): one gather of
+    the body's positions per part and a sliding window over the ends, instead of two gathers of
+    max_span rows per position (~3x faster on the CPU, the same sums)."""
+    n, _, d = start_part.shape
+    offsets = spans.starts.shape[1] // spans.max_span
+    positions = spans.starts[:, :1] + torch.arange(offsets + spans.max_span - 1, device=spans.starts.device)
+    starts = _gather_positions(start_part, positions[:, :offsets])  # [n, offsets, d]
+    ends = _gather_positions(end_part, positions).unfold(1, spans.max_span, 1)  # [n, offsets, d, max_span]
+    return (starts[:, :, None, :] + ends.transpose(2, 3)).reshape(n, offsets * spans.max_span, d)
 
 
 def _gather_positions(states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from realm.model.networks.inputs import cheapest_length_groups
+from realm.model.networks.marginal import LOG_ZERO
 from realm.model.networks.reader import (
     FORWARD_COST_WORDPIECES,
     best_span,
@@ -65,6 +66,26 @@ def test_joint_loss_is_one_softmax_over_every_span_of_every_block_plus_its_retri
     ) == pytest.approx(best_score, abs=1e-5)
     assert spans.starts[best.candidate, spans.index(best.start, best.end)] == start
     assert spans.ends[best.candidate, spans.index(best.start, best.end)] == end
+
+
+def test_a_span_scores_the_mlp_of_its_start_and_end_states_concatenated(tiny_config, tokenizer):
+    """Brute force, span by span: score = w · LayerNorm(ReLU(W [h_start; h_end] + b)) + c."""
+    reader = build_reader(tiny_config).eval()
+    question = tokenizer.encode("who wrote it")
+    joint, spans = reader_inputs(tokenizer, [(question, tokenizer.encode(t)) for t in ("the nile is long", "ada")])
+    with torch.no_grad():
+        logits = reader.span_logits(joint, spans)
+        hidden = reader.bert(**joint.as_kwargs()).last_hidden_state.float()
+        first_layer = torch.cat(reader.span_projection.weight.chunk(2, dim=0), dim=1)  # [span_hidden, 2 * hidden]
+        bias = sum(reader.span_projection.bias.chunk(2))
+        for row in range(2):
+            for span in spans.valid[row].nonzero().flatten().tolist():
+                start, end = int(spans.starts[row, span]), int(spans.ends[row, span])
+                pair = torch.cat([hidden[row, start], hidden[row, end]])
+                units = first_layer @ pair + bias
+                score = reader.span_output(reader.span_norm(torch.relu(units)))
+                assert float(logits[row, span]) == pytest.approx(float(score), abs=1e-5)
+    assert (logits[~spans.valid] == LOG_ZERO).all()
 
 
 def test_a_question_with_no_gold_span_carries_no_loss_and_masked_blocks_no_probability(tiny_config, tokenizer):
