@@ -1,12 +1,13 @@
 """Typed parameters of every flow: pydantic models, so the Prefect UI renders them as forms.
 
 Defaults are the `default` run preset, the best recipe measured on a 2-core CPU (README):
-the full vital corpus through the chain in under an hour; retriever towers that start as the
-whole MiniLM sentence encoder (mean-pooled, PCA projection, no ICT steps); pre-training
-whose retriever stays frozen while the fresh MLM head learns to read (model preset `fast`:
-the first 2 layers of the local MiniLM BERT, bf16, no dropout, queries of 64 and blocks of
-128 wordpieces; design §5b); fine-tuning on the shipped NQ, WebQuestions and CuratedTrec
-training questions; evaluation on the demo set and the shipped held-out tenths. `tiny` finishes
+the full vital corpus through the chain in under an hour with the 6-layer local MiniLM BERT
+(model preset `default`: bf16, no dropout; design §5b); retriever towers that start as the
+whole MiniLM sentence encoder (mean-pooled, PCA projection, no ICT steps); no pre-training
+steps in the main job (the stage's own defaults, which `realm train pretrain` and `realm
+reproduce` run, keep the retriever frozen while the fresh MLM head learns to read, over
+queries of 64 and blocks of 128 wordpieces); fine-tuning on the shipped NQ, WebQuestions and
+CuratedTrec training questions; evaluation on the demo set and the shipped held-out tenths. `tiny` finishes
 in a few minutes on a few hundred blocks with a randomly initialised 2-layer model: it
 proves the plumbing, not the science. `gpu` is the full-size setting for a CUDA machine: the
 6-layer warm start, the paper's 96/288-wordpiece queries and blocks, ten times the steps
