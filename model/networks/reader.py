@@ -152,7 +152,7 @@ def _span_sums(start_part: torch.Tensor, end_part: torch.Tensor, spans: SpanTabl
     """start_part at each span's start + end_part at its end, [n, spans, d], from the table's
     layout (span index = body offset · max_span + width − 1; `enumerate_spans`): one gather of
     the body's positions per part and a sliding window over the ends, instead of two gathers of
-    max_span rows per position (~3x faster on the CPU, the same sums)."""
+    max_span rows per position (the same sums, with a tenth of the rows gathered)."""
     n, _, d = start_part.shape
     offsets = spans.starts.shape[1] // spans.max_span
     positions = spans.starts[:, :1] + torch.arange(offsets + spans.max_span - 1, device=spans.starts.device)
