@@ -18,6 +18,7 @@ from realm.model.networks.retriever import Embedder
 from realm.model.training.stage_settings import PretrainConfig
 from realm.model.training.masked_span_accuracy import marginal_predictions, span_correct
 from realm.model.training.pretrain_index import IndexRoots, attach_index
+from realm.model.training.example_order import batch_rows
 from realm.model.training.train_pretrain import HELD_OUT, NEVER_TRAINED_ON, PretrainHooks, PretrainTrainer
 from realm.schemas import BLOCKS, PRETRAIN_EXAMPLES, read_table, write_table
 from tests.model.corpus_fixture import CORPUS
@@ -98,6 +99,68 @@ def test_step_reports_the_documented_metrics(corpus, tmp_path, tiny_config):
     assert 0.0 <= metrics["retrieval_entropy"] <= np.log(CONFIG.num_candidates) + 1e-6
     assert 0.0 < metrics["null_document_probability"] < 1.0
     assert (metrics["step"], metrics["index_snapshot_step"], metrics["index_age"]) == (1, 0, 1)
+
+
+def test_only_examples_with_a_salient_span_are_trained_on_and_held_out(corpus, tmp_path, tiny_config):
+    trainer = _trainer(corpus, tmp_path, tiny_config)
+    # The fixture's 16 examples less the 2 without a salient span.
+    assert len(trainer.train_rows) + len(trainer.heldout_rows) == 14
+    assert all(trainer.examples[row]["masked_token_positions"] for row in trainer.train_rows)
+    assert sum(metrics["num_random_spans"] for metrics in _run(trainer, 4)) == 0
+
+
+def test_no_example_with_a_salient_span_is_refused_naming_the_file(tmp_path, tokenizer, tiny_config, blocks_table):
+    blocks_path = write_table(str(tmp_path / "blocks" / "part-0.parquet"), blocks_table, BLOCKS)
+    rows = [
+        {"example_id": i, "origin_block_id": OUTSIDE_CORPUS, "forbidden_block_ids": [], "text": text,
+         "token_ids": tokenizer.encode(text), "spans": [], "masked_token_positions": []}
+        for i, (_, _, text) in enumerate(CORPUS)
+    ]
+    examples_path = write_table(str(tmp_path / "examples" / "part-0.parquet"), rows, PRETRAIN_EXAMPLES)
+    with pytest.raises(ValueError, match=f"{examples_path}: none of {len(CORPUS)} pre-training examples has a salient span"):
+        PretrainTrainer(blocks_path, examples_path, str(tmp_path / "checkpoints"), tiny_config, CONFIG, device=CPU)
+
+
+def test_the_fresh_mlm_head_learns_at_its_own_rate(corpus, tmp_path, tiny_config):
+    config = CONFIG.model_copy(update=dict(learning_rate=1e-4, mlm_head_learning_rate=2e-3))
+    trainer = _trainer(corpus, tmp_path, tiny_config, config)
+    rate_of = {id(p): group["initial_lr"] for group in trainer.optimizer.param_groups for p in group["params"]}
+    head = trainer.encoder.cls.predictions
+    assert {rate_of[id(p)] for p in head.transform.parameters()} == {2e-3}
+    assert rate_of[id(head.bias)] == 2e-3
+    # The decoder is the input embedding: it learns with the body.
+    assert head.decoder.weight is trainer.encoder.bert.embeddings.word_embeddings.weight
+    assert rate_of[id(head.decoder.weight)] == 1e-4
+    assert {rate_of[id(p)] for p in trainer.encoder.bert.encoder.parameters()} == {1e-4}
+
+
+def test_reachable_spans_only_reads_just_the_examples_whose_span_a_retrieved_block_holds(
+    tmp_path, tokenizer, tiny_config, blocks_table
+):
+    """Every block is a candidate (k = 1 + the corpus), so an example's span is reachable
+    exactly when its own sentence's block is not forbidden: the odd examples forbid every block."""
+    blocks_path = write_table(str(tmp_path / "blocks" / "part-0.parquet"), blocks_table, BLOCKS)
+    all_blocks = [block_id for block_id, _, _ in CORPUS]
+    rows = []
+    for i, (_, title, text) in enumerate(CORPUS * 2):
+        token_ids, title_ids = tokenizer.encode(text), tokenizer.encode(title)
+        start = next(s for s in range(len(token_ids)) if token_ids[s : s + len(title_ids)] == title_ids)
+        rows.append({
+            "example_id": i, "origin_block_id": OUTSIDE_CORPUS, "forbidden_block_ids": all_blocks if i % 2 else [],
+            "text": text, "token_ids": token_ids, "spans": [],
+            "masked_token_positions": list(range(start, start + len(title_ids))),
+        })
+    examples_path = write_table(str(tmp_path / "examples" / "part-0.parquet"), rows, PRETRAIN_EXAMPLES)
+    config = CONFIG.model_copy(update=dict(
+        batch_size=6, num_candidates=len(CORPUS) + 1, heldout_examples=1, reachable_spans_only=True,
+    ))
+    trainer = _trainer((blocks_path, examples_path), tmp_path, tiny_config, config)
+    for step in range(3):
+        drawn = batch_rows(trainer.train_rows, config.batch_size, trainer.seed, step)
+        reachable = sum(trainer.examples[row]["example_id"] % 2 == 0 for row in drawn)
+        metrics = trainer.train_step()
+        assert metrics["examples_read"] == reachable
+        assert metrics["span_in_candidates"] == reachable / config.batch_size
 
 
 def test_random_spans_ablation_masks_every_example_randomly(corpus, tmp_path, tiny_config):
@@ -197,6 +260,7 @@ def test_run_refreshes_on_schedule_swaps_when_the_next_starts_and_ends_on_the_fi
     blocks_path, examples_path = corpus
     config = CONFIG.model_copy(update=dict(
         steps=5, refresh_every=2, checkpoint_every=3, eval_every=3, log_every=2, untrained_eval_examples=3,
+        heldout_examples=2,
     ))
     trainer = PretrainTrainer(blocks_path, examples_path, str(tmp_path / "checkpoints"), tiny_config, config, device=CPU)
     progress, evaluated, refreshed = [], [], []
@@ -218,8 +282,9 @@ def test_run_refreshes_on_schedule_swaps_when_the_next_starts_and_ends_on_the_fi
     ]
     assert [record.getMessage().split(" s ")[0].rsplit(" ", 1)[0] for record in caplog.records] == ["step 4: waited"]
     assert [(m["step"], m["index_snapshot_step"]) for m in progress] == [(2, 0), (4, 0), (5, 2)]
-    # 5 steps of 2 drew 10 of the 12 training examples: 2 are left of the 3 asked for.
-    assert evaluated == [(3, HELD_OUT, 4), (5, HELD_OUT, 4), (5, NEVER_TRAINED_ON, 2)]
+    # 14 examples with a salient span, 2 held out: 5 steps of 2 drew 10 of the 12 training
+    # examples, so 2 are left of the 3 asked for.
+    assert evaluated == [(3, HELD_OUT, 2), (5, HELD_OUT, 2), (5, NEVER_TRAINED_ON, 2)]
     assert (result.step, result.checkpoint, result.index) == (
         5, str(tmp_path / "checkpoints" / "5"), str(tmp_path / "index" / "5")
     )
