@@ -100,6 +100,9 @@ class PretrainConfig(RetentionConfig):
     # its start within ~200 steps, before the fresh MLM head can read; frozen, it helps.
     cached_doc_embeddings: bool = Field(True, description="candidate vectors from the index, doc tower frozen")
     random_spans: bool = Field(False, description="ablation: mask random spans instead of salient spans")
+    # Measured off (README): the 6-layer encoder then gets 49% of the spans it reads right, but
+    # spans another block holds are frequent ones its prior guesses as well (held out: 440
+    # right with retrieval, 413 with the null document alone, of 1,084).
     reachable_spans_only: bool = Field(
         False, description="read and train on only the batch's examples whose masked span a retrieved block holds "
         "verbatim, as fine-tuning trains only questions whose answer is among the blocks read"
