@@ -5,8 +5,8 @@ the full vital corpus through the chain in under an hour with the 6-layer local 
 (model preset `default`: bf16, no dropout; design §5b); retriever towers that start as the
 whole MiniLM sentence encoder (mean-pooled, PCA projection, no ICT steps); no pre-training
 steps in the main job (the stage's own defaults, which `realm train pretrain` and `realm
-reproduce` run, keep the retriever frozen while the fresh MLM head learns to read, over
-queries of 64 and blocks of 128 wordpieces); fine-tuning on the shipped NQ, WebQuestions and
+reproduce` run, keep the retriever frozen while the fresh MLM head learns to read, then train
+the query tower for the second half, over queries of 64 and blocks of 128 wordpieces); fine-tuning on the shipped NQ, WebQuestions and
 CuratedTrec training questions; evaluation on the demo set and the shipped held-out tenths. `tiny` finishes
 in a few minutes on a few hundred blocks with a randomly initialised 2-layer model: it
 proves the plumbing, not the science. `gpu` is the full-size setting for a CUDA machine: the

@@ -17,9 +17,10 @@ This flow trains and evaluates, on one corpus and one set of questions, the syst
 
 A row whose training would repeat another's under the stages' settings is not trained, and the
 table says which it repeats (`ReproduceParams.repeated_systems`): with the retriever frozen
-for all of pre-training (the `default` size), REALM's retriever is ICT's, so the two
-retriever-swap ablations are the orqa and realm rows again; with the doc tower frozen, no
-index is refreshed, so stale_index is the realm row again.
+for all of pre-training, REALM's retriever is ICT's, so the two retriever-swap ablations are
+the orqa and realm rows again; with the doc tower frozen (the `default` size caches doc
+vectors and trains only the query tower), no index is refreshed, so stale_index is the realm
+row again.
 
 Layout under `output`: `base/` holds the prepared corpus, the ICT warm start and its index
 (`base/index/<ict step>/`); each pre-training variant has a run root of its own (`realm/`,

@@ -64,6 +64,9 @@ EXAMPLE_COLUMNS = ["example_id", "origin_block_id", "forbidden_block_ids", "toke
 # `untrained_eval_examples`) training examples no step has drawn yet.
 HELD_OUT = "held-out"
 NEVER_TRAINED_ON = "never trained on"
+# The optimizer's modules are [query tower, doc tower, encoder BERT, MLM head], two parameter
+# groups each (`build_optimizer`); these are the decay groups whose rates the log reports.
+_QUERY_TOWER_GROUP, _ENCODER_GROUP = 0, 4
 
 
 def salient_examples(examples: list[dict], examples_path: str) -> list[dict]:
@@ -148,9 +151,15 @@ class PretrainTrainer(Trainer):
         # The encoder's BERT before its head: the same parameter order as the encoder's own, and
         # the tied decoder (the input embedding) goes with the body at the body's rate.
         modules = [self.retriever.query_embedder, self.retriever.doc_embedder, self.encoder.bert, self.encoder.cls]
-        rates = [config.learning_rate] * 3 + [config.mlm_head_learning_rate]
+        tower_rate = config.retriever_learning_rate or config.learning_rate
+        rates = [tower_rate, tower_rate, config.learning_rate, config.mlm_head_learning_rate]
         optimizer = build_optimizer(modules, config.learning_rate, learning_rates=rates)
-        state = self._restore(optimizer, build_scheduler(optimizer, config.warmup_steps, config.steps), config.steps)
+        # Two parameter groups per module (`build_optimizer`): the towers' four start when they unfreeze.
+        starts = [config.retriever_frozen_steps] * 4 + [0] * 4
+        scheduler = build_scheduler(
+            optimizer, config.warmup_steps, config.steps, starts, config.retriever_warmup_steps
+        )
+        state = self._restore(optimizer, scheduler, config.steps)
         self.index_snapshot_step: int | None = state.extra.get("index_snapshot_step")
         # The doc-tower snapshot of the refresh in flight (`IndexRefreshes` keeps it current), so
         # a resumed run starts that refresh again and swaps it in at the step it was due.
@@ -254,7 +263,8 @@ class PretrainTrainer(Trainer):
         mean p(null|x); span_in_candidates, the fraction of the batch whose masked wordpieces
         occur verbatim in a retrieved block (what copying could reach; of the whole drawn batch
         with `reachable_spans_only`); examples_read, those the encoder read; num_random_spans;
-        learning_rate; index_snapshot_step and index_age."""
+        learning_rate, the encoder body's; retriever_learning_rate, the query tower's (0 while
+        frozen); index_snapshot_step and index_age."""
         index = self._index_in_use()
         rows = batch_rows(self.train_rows, self.config.batch_size, self.seed, self.step)
         self._train_mode(True)
@@ -284,7 +294,8 @@ class PretrainTrainer(Trainer):
             span_in_candidates=float(outputs.span_in_candidates.mean()) if coverage is None else coverage,
             examples_read=len(rows),
             num_random_spans=batch.num_random_spans,
-            learning_rate=self.scheduler.get_last_lr()[0],
+            learning_rate=self.scheduler.get_last_lr()[_ENCODER_GROUP],
+            retriever_learning_rate=self.scheduler.get_last_lr()[_QUERY_TOWER_GROUP],
             index_snapshot_step=self.index_snapshot_step,
             index_age=self.step - self.index_snapshot_step,
         )

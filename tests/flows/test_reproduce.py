@@ -61,8 +61,10 @@ def test_rows_that_would_repeat_another_are_not_trained_and_refused_by_name(tmp_
     assert ReproduceParams(qa_train=["train.jsonl"], stages=stages).effective_systems() == list(SYSTEMS)
 
 
-def test_the_default_size_trains_the_four_rows_it_can_tell_apart():
-    assert ReproduceParams(qa_train=["train.jsonl"]).effective_systems() == ["bm25", "orqa", "realm", "random_spans"]
+def test_the_default_size_trains_every_row_but_the_stale_index():
+    # Pre-training trains the query tower in its second half, over cached doc vectors: the
+    # retriever-swap ablations differ from their rows, and no index is refreshed to be stale.
+    assert ReproduceParams(qa_train=["train.jsonl"]).effective_systems() == [s for s in SYSTEMS if s != "stale_index"]
 
 
 def test_every_system_of_the_table_trains_evaluates_and_is_reported(run_root, tmp_path):

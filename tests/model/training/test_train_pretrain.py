@@ -194,6 +194,23 @@ def test_neither_tower_trains_before_retriever_frozen_steps(corpus, tmp_path, ti
         assert not torch.equal(start[name]["projection.weight"], tower.projection.weight), name
 
 
+def test_the_towers_learn_at_their_own_rate_from_zero_once_they_unfreeze(corpus, tmp_path, tiny_config):
+    config = CONFIG.model_copy(
+        update=dict(steps=8, warmup_steps=0, retriever_frozen_steps=2, retriever_learning_rate=5e-4, retriever_warmup_steps=3)
+    )
+    trainer = _trainer(corpus, tmp_path, tiny_config, config)
+    rate_of = {id(p): group["initial_lr"] for group in trainer.optimizer.param_groups for p in group["params"]}
+    for tower in (trainer.retriever.query_embedder, trainer.retriever.doc_embedder):
+        assert {rate_of[id(p)] for p in tower.parameters()} == {5e-4}
+    assert {rate_of[id(p)] for p in trainer.encoder.bert.encoder.parameters()} == {1e-3}
+    # Each step's metrics carry the rates of the step after it: the towers' is 0 up to their
+    # start (step 2), then rises over 3 steps to the schedule's, which falls linearly to 0 at 8.
+    metrics = _run(trainer, 6)
+    assert [m["learning_rate"] for m in metrics] == pytest.approx([1e-3 * (8 - s) / 8 for s in range(1, 7)])
+    tower_rates = [5e-4 * (8 - s) / 8 * ramp for s, ramp in zip(range(1, 7), [0, 1 / 4, 2 / 4, 3 / 4, 1, 1])]
+    assert [m["retriever_learning_rate"] for m in metrics] == pytest.approx(tower_rates)
+
+
 def test_resume_across_the_end_of_the_retriever_freeze_is_exact(corpus, tmp_path, tiny_config):
     config = CONFIG.model_copy(update=dict(retriever_frozen_steps=2))
     straight = _run(_trainer(corpus, tmp_path / "straight", tiny_config, config), 4)
