@@ -36,12 +36,12 @@ def train_finetune_stage(
     files = params.qa_train or training_qa_paths()
     examples = [example for path in files for example in read_qa_file(path)]
     get_run_logger().info("fine-tuning on %d questions from %s (index %s)", len(examples), ", ".join(files), index_path)
-    reporter = TrainingReporter("finetune", layout.reports)
     trainer = FinetuneTrainer(
         examples, layout.blocks, index_path, init_checkpoint, layout.checkpoints("finetune"),
         ModelConfig.preset(model_preset), FinetuneConfig(**params.model_dump(include=set(FinetuneConfig.model_fields))),
         device=select_device(device), reader_init=reader_init, seed=seed,
     )
+    reporter = TrainingReporter("finetune", layout.reports, trainer.step)
     result = trainer.run(reporter)
     reporter.publish_curves()
     get_run_logger().info(

@@ -88,7 +88,7 @@ def realm_pretrain(
         params, init_retriever=init_retriever, device=select_device(run.device), seed=run.seed,
     )
     logger.info("pre-training from step %d to %d (retriever init: %s)", trainer.step, params.steps, init_retriever)
-    reporter = TrainingReporter("pretrain", layout.reports, params.steps)
+    reporter = TrainingReporter("pretrain", layout.reports, trainer.step, params.steps)
 
     def refresh(snapshot_dir: str, snapshot_step: int) -> _RefreshTaskRun:
         return _RefreshTaskRun(refresh_index.submit(

@@ -2,7 +2,8 @@
 
 `TrainingReporter` is the `ProgressFn` the trainers in `realm.model` call every few steps. It
 logs through Prefect's run logger, moves a progress artifact, appends the metrics to
-`<root>/reports/<stage>_metrics.jsonl` (so a resumed run's curve continues the old one) and,
+`<root>/reports/<stage>_metrics.jsonl` (so a resumed run's curve continues the old one, from
+the step it resumed at) and,
 at the end, renders the loss curve to PNG and publishes it as a markdown artifact.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 from pathlib import Path
 
 from prefect import get_run_logger
@@ -20,8 +22,9 @@ from realm.model.progress import format_duration
 
 
 class TrainingReporter:
-    def __init__(self, stage: str, reports_dir: Path, total_steps: int | None = None):
-        """`total_steps` None: a trainer that knows its length only once it has read its data
+    def __init__(self, stage: str, reports_dir: Path, start_step: int, total_steps: int | None = None):
+        """`start_step`: the trainer's step as it starts (its checkpoint's, 0 when fresh).
+        `total_steps` None: a trainer that knows its length only once it has read its data
         (fine-tuning counts epochs); the progress dicts' `total_steps` then sets it."""
         self.stage = stage
         self.total_steps = total_steps
@@ -29,6 +32,7 @@ class TrainingReporter:
         reports_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = reports_dir / f"{stage}_metrics.jsonl"
         self.curve_path = reports_dir / f"{stage}_loss.png"
+        self._forget_rows_after(start_step)
         self.progress_id = create_progress_artifact(
             progress=0.0, key=f"realm-{stage}-progress", description=f"{stage}: share of the steps done"
         )
@@ -51,6 +55,18 @@ class TrainingReporter:
         """Append one row (it must carry "step") to the metrics file the curves are drawn from."""
         with self.metrics_path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(metrics, default=float) + "\n")
+
+    def _forget_rows_after(self, start_step: int) -> None:
+        """Rows of steps this run will do again go: a killed run's steps after its last
+        checkpoint, or all of a set-aside run's when this one starts fresh."""
+        if not self.metrics_path.exists():
+            return
+        lines = [line for line in self.metrics_path.read_text().splitlines() if line.strip()]
+        kept = [line for line in lines if start_step and json.loads(line)["step"] <= start_step]
+        if len(kept) < len(lines):
+            staging = self.metrics_path.with_suffix(".jsonl.tmp")
+            staging.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            os.replace(staging, self.metrics_path)
 
     def publish_curves(self, series: tuple[str, ...] = ("loss",)) -> Path | None:
         """Plot the logged `series` against step into a PNG and a markdown artifact."""

@@ -20,22 +20,37 @@ def test_killed_pretraining_resumes_from_its_last_checkpoint(run_root, monkeypat
     ict_warm_start(params.run, params.ict)
     original_step = PretrainTrainer.train_step
 
-    def crash_at_step_5(self):
-        if self.step == 4:
-            raise InjectedCrash("killed at step 5")
+    def crash_at_step_6(self):
+        if self.step == 5:
+            raise InjectedCrash("killed at step 6")
         return original_step(self)
 
-    monkeypatch.setattr(PretrainTrainer, "train_step", crash_at_step_5)
+    monkeypatch.setattr(PretrainTrainer, "train_step", crash_at_step_6)
     with pytest.raises(InjectedCrash):
         realm_pretrain(params.run, params.pretrain)
     monkeypatch.setattr(PretrainTrainer, "train_step", original_step)
-
+    metrics = run_root / "reports" / "pretrain_metrics.jsonl"
+    assert logged(metrics, "step", "loss") == [1, 2, 3, 4, 5]
     result = realm_pretrain(params.run, params.pretrain)
     assert result["step"] == 6
-    rows = [json.loads(line) for line in (run_root / "reports" / "pretrain_metrics.jsonl").read_text().splitlines()]
-    # Steps 1-4 ran before the crash (checkpoint at 4); the resumed run did only 5 and 6.
-    assert [row["step"] for row in rows if "loss" in row] == [1, 2, 3, 4, 5, 6]
-    assert [row["step"] for row in rows if "accuracy_with_retrieval" in row] == [6]  # held out, after the last step
+    # Steps 1-5 ran before the crash, the checkpoint of step 4 the last; the resumed run did
+    # 5 again and 6, and its curve holds each step once.
+    assert logged(metrics, "step", "loss") == [1, 2, 3, 4, 5, 6]
+    assert logged(metrics, "step", "accuracy_with_retrieval") == [6]  # held out, after the last step
+
+    # Other settings set the checkpoints aside and start afresh: so does the curve.
+    first_losses = logged(metrics, "loss", "loss")
+    params.pretrain.learning_rate /= 2
+    realm_pretrain(params.run, params.pretrain)
+    assert logged(metrics, "step", "loss") == [1, 2, 3, 4, 5, 6]
+    assert logged(metrics, "step", "accuracy_with_retrieval") == [6]
+    assert list((run_root / "checkpoints").glob("pretrain.superseded-*"))
+    assert logged(metrics, "loss", "loss")[1:] != first_losses[1:]  # step 1 ran before any update
+
+
+def logged(metrics, field: str, kind: str) -> list:
+    """`field` of every row of the metrics file that has `kind` (training steps: loss)."""
+    return [row[field] for row in map(json.loads, metrics.read_text().splitlines()) if kind in row]
 
 
 def test_readers_only_ever_open_complete_indexes_while_refreshes_publish(run_root):
