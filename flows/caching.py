@@ -72,7 +72,7 @@ def cached_in_run(
             logger.info("%s: %s since its last cached run; running the stage again", task.name, "; ".join(changes))
         result = _in_cache(json.loads(json.dumps(uncached(*args, **kwargs), default=_plain)), root)
         entry = {"result": result, "writes": _writes_digest(writes, root), "reads": contents}
-        _write_atomically(path, json.dumps(entry, indent=1))
+        write_atomically(path, json.dumps(entry, indent=1))
         return _in_run(result, root)
 
     return run
@@ -178,7 +178,8 @@ def _plain(value):
     raise TypeError(f"{type(value).__name__} is not JSON: stage arguments and results must be plain data")
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path` with `text` whole: a reader sees the old file or the new, never part."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     staging.write_text(text, encoding="utf-8")

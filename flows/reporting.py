@@ -12,12 +12,12 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 from pathlib import Path
 
 from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 
+from realm.flows.caching import write_atomically
 from realm.model.progress import format_duration
 
 
@@ -62,11 +62,9 @@ class TrainingReporter:
         if not self.metrics_path.exists():
             return
         lines = [line for line in self.metrics_path.read_text().splitlines() if line.strip()]
-        kept = [line for line in lines if start_step and json.loads(line)["step"] <= start_step]
+        kept = [line for line in lines if json.loads(line)["step"] <= start_step] if start_step else []
         if len(kept) < len(lines):
-            staging = self.metrics_path.with_suffix(".jsonl.tmp")
-            staging.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-            os.replace(staging, self.metrics_path)
+            write_atomically(self.metrics_path, "".join(line + "\n" for line in kept))
 
     def publish_curves(self, series: tuple[str, ...] = ("loss",)) -> Path | None:
         """Plot the logged `series` against step into a PNG and a markdown artifact."""

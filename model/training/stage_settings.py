@@ -89,7 +89,7 @@ class PretrainConfig(RetentionConfig):
     steps: int = Field(1000, ge=0)
     batch_size: int = Field(8, ge=1)
     num_candidates: int = Field(8, ge=2, description="k, the null document included")
-    learning_rate: float = Field(1e-4, gt=0, description="peak rate of the towers and the encoder's BERT")
+    learning_rate: float = Field(1e-4, gt=0, description="peak rate of the encoder's BERT")
     mlm_head_learning_rate: float = Field(
         1e-3, gt=0, description="peak rate of the freshly initialised MLM head's transform and bias (its decoder is "
         "the input embedding, at learning_rate)"
@@ -117,9 +117,7 @@ class PretrainConfig(RetentionConfig):
         500, ge=0, description="no gradient into either retriever tower before this step, while the fresh MLM head learns to read"
     )
     # REALM's own rate; the body's 1e-4 is for the fresh MLM head's sake.
-    retriever_learning_rate: float | None = Field(
-        3e-5, gt=0, description="peak rate of the retriever towers (None: learning_rate)"
-    )
+    retriever_learning_rate: float = Field(3e-5, gt=0, description="peak rate of the retriever towers")
     retriever_warmup_steps: int = Field(
         100, ge=0, description="after retriever_frozen_steps, steps over which the towers' rate rises from 0 to the "
         "schedule's, so fresh AdamW moments do not take full-rate steps"

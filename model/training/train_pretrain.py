@@ -151,14 +151,13 @@ class PretrainTrainer(Trainer):
         # The encoder's BERT before its head: the same parameter order as the encoder's own, and
         # the tied decoder (the input embedding) goes with the body at the body's rate.
         modules = [self.retriever.query_embedder, self.retriever.doc_embedder, self.encoder.bert, self.encoder.cls]
-        tower_rate = config.retriever_learning_rate or config.learning_rate
-        rates = [tower_rate, tower_rate, config.learning_rate, config.mlm_head_learning_rate]
-        optimizer = build_optimizer(modules, config.learning_rate, learning_rates=rates)
-        # Two parameter groups per module (`build_optimizer`): the towers' four start when they unfreeze.
-        starts = [config.retriever_frozen_steps] * 4 + [0] * 4
-        scheduler = build_scheduler(
-            optimizer, config.warmup_steps, config.steps, starts, config.retriever_warmup_steps
+        optimizer = build_optimizer(
+            modules,
+            config.learning_rate,
+            learning_rates=[config.retriever_learning_rate] * 2 + [config.learning_rate, config.mlm_head_learning_rate],
+            start_steps=[config.retriever_frozen_steps] * 2 + [0, 0],
         )
+        scheduler = build_scheduler(optimizer, config.warmup_steps, config.steps, config.retriever_warmup_steps)
         state = self._restore(optimizer, scheduler, config.steps)
         self.index_snapshot_step: int | None = state.extra.get("index_snapshot_step")
         # The doc-tower snapshot of the refresh in flight (`IndexRefreshes` keeps it current), so

@@ -55,9 +55,9 @@ def test_schedule_warms_up_linearly_then_decays_to_zero():
 
 def test_a_group_that_starts_later_warms_up_from_zero_on_the_schedule_the_others_follow():
     optimizer = torch.optim.SGD(
-        [{"params": [nn.Parameter(torch.zeros(1))]}, {"params": [nn.Parameter(torch.zeros(1))]}], lr=1.0
+        [{"params": [nn.Parameter(torch.zeros(1))]}, {"params": [nn.Parameter(torch.zeros(1))], "start_step": 3}], lr=1.0
     )
-    scheduler = build_scheduler(optimizer, warmup_steps=0, total_steps=10, group_starts=[0, 3], start_warmup_steps=2)
+    scheduler = build_scheduler(optimizer, warmup_steps=0, total_steps=10, start_warmup_steps=2)
     rates = []
     for _ in range(6):
         rates.append([group["lr"] for group in optimizer.param_groups])
@@ -67,7 +67,8 @@ def test_a_group_that_starts_later_warms_up_from_zero_on_the_schedule_the_others
     assert [late for _, late in rates] == pytest.approx([0.0, 0.0, 0.0, 0.7 / 3, 0.6 * 2 / 3, 0.5])
 
 
-def test_group_starts_must_name_every_group():
-    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
-    with pytest.raises(ValueError, match="2 group starts for 1 parameter groups"):
-        build_scheduler(optimizer, warmup_steps=0, total_steps=10, group_starts=[0, 3])
+def test_start_steps_must_name_every_module_and_reach_their_groups():
+    with pytest.raises(ValueError, match="2 start steps for 1 modules"):
+        build_optimizer([nn.Linear(2, 2)], 1e-3, start_steps=[0, 3])
+    optimizer = build_optimizer([nn.Linear(2, 2), nn.Linear(2, 2)], 1e-3, start_steps=[3, 0])
+    assert [group["start_step"] for group in optimizer.param_groups] == [3, 3, 0, 0]
