@@ -22,7 +22,7 @@ from torch import nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
 
 from realm.model.networks.config import ModelConfig, build_component
-from realm.model.networks.inputs import BertInputs, cheapest_length_groups, joint_sequence, pad_batch
+from realm.model.networks.inputs import BertInputs, joint_sequence, pad_batch, same_padded_length_groups
 from realm.model.networks.marginal import LOG_ZERO, as_float32_or_wider, mask_log_scores, masked_logsumexp
 from realm.model.tokenization import WordPieceTokenizer
 
@@ -127,21 +127,15 @@ class Reader(BertPreTrainedModel):
         return mask_log_scores(logits, spans.valid)
 
 
-# What one more forward pass costs beyond its wordpieces, in wordpieces: streaming the 6-layer
-# reader's ~21 MB of bf16 Linear weights once and the per-layer call overhead (on the 2-core CPU a
-# forward of 1 x 16 wordpieces takes as long as ~150 more wordpieces in a full batch).
-FORWARD_COST_WORDPIECES = 128
-
-
 def span_logits_by_length(reader: Reader, joint: BertInputs, spans: SpanTable) -> torch.Tensor:
-    """`reader.span_logits` of every row, [n, spans], reading rows of similar length together
-    (`cheapest_length_groups`), each group cut to its longest row: padding a question's read
-    blocks, or a batch of questions', to the longest costs more than a batch saves."""
+    """`reader.span_logits` of every row, [n, spans], each row padded to its own
+    `padded_length` and read with the rows of that padded length (`same_padded_length_groups`):
+    a row's logits are then the same bits in any batch, so an answer does not depend on the
+    other questions read beside it, and rows of similar length share a forward instead of
+    being padded to a batch's longest."""
     logits = torch.full(spans.valid.shape, LOG_ZERO, device=joint.input_ids.device)
-    lengths = joint.attention_mask.sum(dim=1).tolist()
-    for group in cheapest_length_groups(lengths, FORWARD_COST_WORDPIECES):
+    for group, length in same_padded_length_groups(joint.attention_mask.sum(dim=1).tolist()):
         rows = torch.tensor(group, device=joint.input_ids.device)
-        length = max(lengths[row] for row in group)
         # A span index is its body offset x max_span + width: a body within `length` wordpieces has none beyond.
         columns = min(length * spans.max_span, spans.valid.shape[1])
         logits[rows, :columns] = reader.span_logits(joint.rows(rows, length), spans.rows(rows, columns))

@@ -26,7 +26,7 @@ import torch
 from realm.model.index.bm25 import INDEX_TYPE as BM25_INDEX_TYPE
 from realm.model.index.bm25 import Bm25Index
 from realm.model.networks.config import ModelConfig
-from realm.model.networks.inputs import pad_batch
+from realm.model.networks.inputs import pad_batch, same_padded_length_groups
 from realm.model.networks.marginal import mask_log_scores
 from realm.model.networks.device import autocast
 from realm.model.index.mips import MipsIndex
@@ -65,10 +65,17 @@ def embed_questions(
     cpu_bf16_autocast: bool,
 ) -> torch.Tensor:
     """Embed_input(x) of `[CLS] x [SEP]` per question, [n, d] float32 (with graph unless the
-    caller runs under no_grad)."""
-    queries = pad_batch([join(tokenizer, list(ids)) for ids in question_ids], tokenizer.pad_id).to(device)
+    caller runs under no_grad); each question padded to its own `padded_length`, so its
+    embedding, and what it retrieves, is the same in any batch."""
+    sequences = [join(tokenizer, list(ids)) for ids in question_ids]
+    groups = same_padded_length_groups([len(ids) for ids, _ in sequences])
     with autocast(device, cpu_bf16_autocast):
-        return query_embedder(**queries.as_kwargs()).float()
+        embeddings = torch.cat([
+            query_embedder(**pad_batch([sequences[row] for row in rows], tokenizer.pad_id, length).to(device).as_kwargs())
+            for rows, length in groups
+        ]).float()  # [n, d], grouped order
+    order = torch.tensor([row for rows, _ in groups for row in rows], device=embeddings.device)
+    return embeddings[torch.argsort(order)]
 
 
 class DenseRetriever:

@@ -1,10 +1,9 @@
 import pytest
 import torch
 
-from realm.model.networks.inputs import cheapest_length_groups
+from realm.model.networks.inputs import padded_length
 from realm.model.networks.marginal import LOG_ZERO
 from realm.model.networks.reader import (
-    FORWARD_COST_WORDPIECES,
     best_span,
     build_reader,
     enumerate_spans,
@@ -110,17 +109,23 @@ def test_spans_follow_a_body_cut_short_by_the_joint_length(tokenizer):
     assert gold.sum() == 1
 
 
-def test_rows_read_in_length_groups_score_their_spans_as_the_padded_batch_does(tiny_config, tokenizer):
-    """Blocks of very different lengths (and the null document) read in groups cut to their
-    longest row: every span's logit as when all are padded to the longest, LOG_ZERO where invalid."""
+def test_rows_read_at_their_own_padded_length_score_their_spans_as_the_padded_batch_does(tiny_config, tokenizer):
+    """Blocks of very different lengths (and the null document) each read with the rows of
+    the same `padded_length`, at that length whatever else is in the batch: every span's logit
+    as when all are padded to the longest, LOG_ZERO where invalid."""
     reader = build_reader(tiny_config).eval()
     question = tokenizer.encode("who wrote the first algorithm")
     bodies = [tokenizer.encode("ada lovelace wrote it"), [], tokenizer.encode(" ".join(["the engine"] * 100))]
     joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies])
+    widths = []
+    reader.bert.register_forward_pre_hook(lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape), with_kwargs=True)
     with torch.no_grad():
         padded = reader.span_logits(joint, spans)
+        widths.clear()
         grouped = span_logits_by_length(reader, joint, spans)
     assert grouped.shape == padded.shape
     assert torch.equal(grouped[~spans.valid], padded[~spans.valid])
     assert torch.allclose(grouped[spans.valid], padded[spans.valid], atol=1e-5)
-    assert [len(g) for g in cheapest_length_groups(joint.attention_mask.sum(1).tolist(), FORWARD_COST_WORDPIECES)] == [2, 1]
+    lengths = joint.attention_mask.sum(1).tolist()
+    assert padded_length(lengths[0]) == padded_length(lengths[1]) < padded_length(lengths[2])
+    assert widths == [torch.Size([2, padded_length(lengths[0])]), torch.Size([1, padded_length(lengths[2])])]

@@ -131,7 +131,9 @@ def test_read_slots_are_the_best_scored_with_a_gold_block_swapped_in_when_none_i
 def test_gradients_reach_only_the_trained_towers_and_a_swapped_in_gold_block_is_counted(qa_corpus, tokenizer, tiny_config):
     blocks_path, index_path = qa_corpus
     blocks, index = BlockStore.from_parquet(blocks_path, with_text=True), MipsIndex.load(index_path)
-    query_embedder, reader = build_component(Embedder, tiny_config), build_reader(tiny_config)
+    # The tower in eval mode: the ranking checked below is scored again after the loss's, and
+    # dropout would draw another one (gradients reach it all the same).
+    query_embedder, reader = build_component(Embedder, tiny_config).eval(), build_reader(tiny_config)
     retriever = DenseRetriever(query_embedder, index, tokenizer, tiny_config, CPU)
     config = CONFIG.model_copy(update={"num_read": 1})
     candidates = _cache(retriever, tokenizer, blocks, EXAMPLES, tiny_config, config)
