@@ -139,6 +139,7 @@ SUMMARY_ROWS = [
     ("masked span verbatim in a retrieved block (what copying could reach)", "span_in_candidates", ".3f"),
     ("of those, right with retrieval", "span_in_candidates_right_with_retrieval", "d"),
     ("of those, right with the null document alone", "span_in_candidates_right_null_only", "d"),
+    ("of those, right reading a block that holds the span (p(y|z,x) alone)", "span_in_candidates_right_reading_that_block", "d"),
     ("examples", "examples", "d"),
 ]
 

@@ -15,9 +15,11 @@ from realm.model.training.pretrain_step import PretrainBatch
 
 
 def span_correct(predictions: torch.Tensor, batch: PretrainBatch) -> torch.Tensor:
-    """[batch] bool: every masked wordpiece of the example predicted exactly."""
-    wrong = (predictions.cpu() != batch.mlm_targets) & batch.mlm_mask
-    return ~wrong.any(dim=1)
+    """[batch, ...] bool: every masked wordpiece of the example predicted exactly, from
+    predictions [batch, ..., max_masks] (e.g. [batch, k, max_masks]: one per candidate read)."""
+    shape = (len(batch.mlm_targets),) + (1,) * (predictions.dim() - 2) + (-1,)
+    wrong = (predictions.cpu() != batch.mlm_targets.view(shape)) & batch.mlm_mask.view(shape)
+    return ~wrong.any(dim=-1)
 
 
 def marginal_predictions(log_p_z_given_x: torch.Tensor, vocab_log_probs: torch.Tensor) -> torch.Tensor:
@@ -40,10 +42,15 @@ class MaskedSpanTally:
     only_null: int = 0
     in_candidates_with_retrieval: int = 0
     in_candidates_null_only: int = 0
+    in_candidates_reading_it: int = 0
 
-    def add(self, retrieval_right: torch.Tensor, null_right: torch.Tensor, span_found: np.ndarray) -> None:
+    def add(
+        self, retrieval_right: torch.Tensor, null_right: torch.Tensor, span_found: np.ndarray,
+        right_reading_holder: torch.Tensor,
+    ) -> None:
         """One batch: [batch] bool each, whether retrieval / the null document alone got the
-        span right and whether the span occurs verbatim in a retrieved block."""
+        span right, whether the span occurs verbatim in a retrieved block, and whether the
+        encoder reading one such block alone (its p(y|z,x), not the marginal) gets it right."""
         found = torch.from_numpy(span_found)
         self.examples += len(span_found)
         self.with_retrieval += retrieval_right.sum().item()
@@ -53,6 +60,7 @@ class MaskedSpanTally:
         self.in_candidates += int(span_found.sum())
         self.in_candidates_with_retrieval += (retrieval_right & found).sum().item()
         self.in_candidates_null_only += (null_right & found).sum().item()
+        self.in_candidates_reading_it += (right_reading_holder & found).sum().item()
 
     def summary(self) -> dict:
         return {
@@ -63,6 +71,7 @@ class MaskedSpanTally:
             "right_only_null": self.only_null,
             "span_in_candidates_right_with_retrieval": self.in_candidates_with_retrieval,
             "span_in_candidates_right_null_only": self.in_candidates_null_only,
+            "span_in_candidates_right_reading_that_block": self.in_candidates_reading_it,
             "paired_p_value": mcnemar_exact_p_value(self.only_with_retrieval, self.only_null),
             "examples": self.examples,
         }

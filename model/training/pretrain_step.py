@@ -258,20 +258,18 @@ def _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, keep
     return log_likelihood.view(size, k), per_slot.view(size, k, *per_slot.shape[1:])
 
 
-def span_in_candidates(blocks: BlockStore, batch: PretrainBatch, candidates: Candidates) -> np.ndarray:
-    """[batch] bool: some real candidate's body holds the example's masked wordpieces verbatim
-    (in order, contiguous). Copying from a retrieved block can only help these examples, so
-    the fraction bounds what retrieval can add to masked-span accuracy."""
+def candidates_holding_span(blocks: BlockStore, batch: PretrainBatch, candidates: Candidates) -> np.ndarray:
+    """[batch, k] bool: the real candidates whose body holds the example's masked wordpieces
+    verbatim (in order, contiguous). Copying from a retrieved block can only help examples with
+    one (`.any(axis=1)`), so their fraction bounds what retrieval can add to masked-span accuracy."""
     real = _real_slots(candidates)
-    found = np.zeros(len(real), dtype=bool)
+    holds = np.zeros(real.shape, dtype=bool)
     for row in range(len(real)):
         target = batch.mlm_targets[row][batch.mlm_mask[row]].tolist()
         for slot in np.flatnonzero(real[row]):
             body = blocks.body_ids(int(candidates.block_ids[row, slot]))
-            if any(body[i : i + len(target)] == target for i in range(len(body) - len(target) + 1)):
-                found[row] = True
-                break
-    return found
+            holds[row, slot] = any(body[i : i + len(target)] == target for i in range(len(body) - len(target) + 1))
+    return holds
 
 
 def pretrain_loss(retrieval_logits: torch.Tensor, log_p_y_given_z: torch.Tensor) -> torch.Tensor:

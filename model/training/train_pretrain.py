@@ -45,12 +45,12 @@ from realm.model.training.pretrain_index import IndexRefreshes, IndexRoots, Refr
 from realm.model.training.pretrain_step import (
     PretrainBatch,
     candidate_embeddings,
+    candidates_holding_span,
     encoder_log_probs,
     make_pretrain_batch,
     pretrain_loss,
     retrieval_logits,
     retrieve,
-    span_in_candidates,
 )
 from realm.model.training.stage_inputs import stage_inputs
 from realm.model.training.stage_settings import PretrainConfig
@@ -105,7 +105,10 @@ class _StepOutputs:
     log_p_z_given_x: torch.Tensor  # [batch, k] detached
     predictions: torch.Tensor  # [batch, max_masks] argmax of the per-position marginal
     null_predictions: torch.Tensor  # [batch, max_masks] argmax with the null document alone
-    span_in_candidates: np.ndarray  # [batch] bool, see `realm.model.training.pretrain_step.span_in_candidates`
+    span_in_candidates: np.ndarray  # [batch] bool, see `realm.model.training.pretrain_step.candidates_holding_span`
+    # [batch] bool: right by the argmax of p(v|z,x) for some retrieved z holding the span
+    # (whether the encoder copies, whatever p(z|x) makes of it)
+    right_reading_holder: torch.Tensor
 
 
 class PretrainTrainer(Trainer):
@@ -239,12 +242,15 @@ class PretrainTrainer(Trainer):
                 self.encoder, self.tokenizer, self.blocks, batch, candidates, self.device
             )  # [batch, k], [batch, k, max_masks, vocab]
         log_p_z_given_x = torch.log_softmax(logits.detach(), dim=-1)  # [batch, k]
+        holding = candidates_holding_span(self.blocks, batch, candidates)  # [batch, k]
+        right_per_candidate = span_correct(vocab_log_probs.argmax(dim=-1), batch)  # [batch, k]
         return _StepOutputs(
             loss=pretrain_loss(logits, log_p_y_given_z),
             log_p_z_given_x=log_p_z_given_x,
             predictions=marginal_predictions(log_p_z_given_x, vocab_log_probs),
             null_predictions=vocab_log_probs[:, 0].argmax(dim=-1),  # column 0: the null document
-            span_in_candidates=span_in_candidates(self.blocks, batch, candidates),
+            span_in_candidates=holding.any(axis=1),
+            right_reading_holder=(right_per_candidate & torch.from_numpy(holding)).any(dim=1),
         )
 
     def _train_mode(self, training: bool) -> None:
@@ -305,7 +311,7 @@ class PretrainTrainer(Trainer):
         batch = self._batch(rows)
         with autocast(self.device, self.model_config.cpu_bf16_autocast):
             _, candidates = retrieve(self.retriever, index, batch, self.config.num_candidates, self.device)
-        return rows[span_in_candidates(self.blocks, batch, candidates)]
+        return rows[candidates_holding_span(self.blocks, batch, candidates).any(axis=1)]
 
     def untrained_rows(self, count: int) -> np.ndarray:
         """Up to `count` training examples no step so far has drawn (`example_order.untrained_rows`)."""
@@ -324,7 +330,10 @@ class PretrainTrainer(Trainer):
         discordant pairs a paired (McNemar) test of the difference reads; `paired_p_value` is
         that exact two-sided test. `span_in_candidates_right_with_retrieval` and
         `span_in_candidates_right_null_only` count right examples among those whose span is
-        in a retrieved block: where reading the evidence can help, so where it shows first.
+        in a retrieved block: where reading the evidence can help, so where it shows first;
+        `span_in_candidates_right_reading_that_block` those the encoder gets right reading one
+        of the blocks that hold the span (p(y|z,x) alone): whether it copies at all, apart from
+        how much weight p(z|x) gives that block.
         Draws no random numbers, so it never changes what the next training step does."""
         rows = self.heldout_rows if rows is None else rows
         index = self._index_in_use()
@@ -338,6 +347,7 @@ class PretrainTrainer(Trainer):
                     span_correct(outputs.predictions, batch),
                     span_correct(outputs.null_predictions, batch),
                     outputs.span_in_candidates,
+                    outputs.right_reading_holder,
                 )
         finally:
             self._train_mode(True)

@@ -10,6 +10,7 @@ from realm.model.networks.inputs import block_sequence, joint_sequence, pad_batc
 from realm.model.index.mips import MipsIndex
 from realm.model.training.pretrain_step import (
     candidate_embeddings,
+    candidates_holding_span,
     encoder_log_likelihood,
     make_pretrain_batch,
     mask_query,
@@ -17,7 +18,6 @@ from realm.model.training.pretrain_step import (
     random_span,
     retrieval_logits,
     retrieve,
-    span_in_candidates,
 )
 from realm.model.networks.retriever import build_retriever
 from tests.model.corpus_fixture import CORPUS
@@ -138,5 +138,6 @@ def test_span_in_candidates_finds_the_masked_wordpieces_verbatim_in_a_real_candi
     for span in (("river",), ("river", "in"), ("in", "france"), ("paris",)):
         batch = masked(*span)
         _, candidates = retrieve(retriever, index, batch, num_candidates=8, device=CPU)
-        found[span] = bool(span_in_candidates(blocks, batch, candidates)[0])
-    assert found == {("river",): True, ("river", "in"): True, ("in", "france"): False, ("paris",): False}
+        holding = candidates_holding_span(blocks, batch, candidates)[0]  # [k]
+        found[span] = [blocks.title(int(b)) for b in candidates.block_ids[0][holding]]
+    assert found == {("river",): ["Nile"], ("river", "in"): ["Nile"], ("in", "france"): [], ("paris",): []}

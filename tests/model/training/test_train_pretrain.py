@@ -456,6 +456,7 @@ def test_evaluate_masked_spans_reports_both_accuracies_on_the_heldout_examples(c
     found = round(n * result["span_in_candidates"])
     assert 0 <= result["span_in_candidates_right_with_retrieval"] <= min(found, round(n * result["accuracy_with_retrieval"]))
     assert 0 <= result["span_in_candidates_right_null_only"] <= min(found, round(n * result["accuracy_null_only"]))
+    assert 0 <= result["span_in_candidates_right_reading_that_block"] <= found
 
 
 def test_evaluation_on_never_trained_on_rows(corpus, tmp_path, tiny_config):
@@ -482,6 +483,9 @@ def test_a_span_counts_only_when_every_masked_wordpiece_is_right(tokenizer):
     )
     assert span_correct(torch.tensor([[2000, 2001], [2002, 0]]), batch).tolist() == [True, True]
     assert span_correct(torch.tensor([[2000, 9], [2002, 9]]), batch).tolist() == [False, True]
+    # One prediction per candidate read: [batch, k, max_masks] -> [batch, k].
+    per_candidate = torch.tensor([[[2000, 2001], [2000, 9]], [[7, 0], [2002, 0]]])
+    assert span_correct(per_candidate, batch).tolist() == [[True, False], [False, True]]
 
 
 def test_encoder_log_probs_hold_the_likelihood_of_the_targets(corpus, tmp_path, tiny_config):
