@@ -3,8 +3,8 @@
 Sequences are formatted by `realm.model.tokenization.join` (the one place that knows the
 `[CLS] x [SEP] z [SEP]` layout) and padded here to the longest sequence of a batch, never to
 a fixed length, so short batches cost what they hold. Answering pads each sequence to a length
-of its own instead (`padded_length`, `same_padded_length_groups`), so that an answer does not
-depend on the other questions in its batch.
+of its own instead (`padded_length`, `same_padded_length_groups`), so that an answer hardly
+depends on the other questions in its batch.
 """
 
 from __future__ import annotations
@@ -58,11 +58,12 @@ class BertInputs:
 
 # Answering pads a sequence to its length rounded up to a multiple of this, and reads only
 # sequences of the same padded length together. Attention's float sums change with how far a
-# row is padded, though not with which rows share its forward (measured: bf16 and float32
-# Linear and SDPA outputs of a row are bit-identical in any batch, SDPA's differ when the row
-# is padded further), so padding to a batch's longest made answers depend on who else asked:
-# over the 404 dev questions, 2 answers (9 with the bf16 reader), every score and 145 evidence
-# orders differed between batches of 16 and one at a time.
+# row is padded, though not with which rows share its forward (measured: a row's SDPA outputs
+# are the same bits in any batch, not when it is padded further), so padding to a batch's
+# longest made answers depend on who else asked: over the 404 dev questions, 3 answers (8 with
+# the bf16 reader) and 142 evidence orders differed between batches of 16 and one at a time;
+# 0 (2) and 1 with this (`bench/batch_invariance.py`). Not to the bit: oneDNN picks some Linear
+# kernels by the number of rows (the 1,536-wide feed-forward output's sums differ for 48-256 rows).
 PAD_MULTIPLE = 32
 
 

@@ -66,7 +66,7 @@ def embed_questions(
 ) -> torch.Tensor:
     """Embed_input(x) of `[CLS] x [SEP]` per question, [n, d] float32 (with graph unless the
     caller runs under no_grad); each question padded to its own `padded_length`, so its
-    embedding, and what it retrieves, is the same in any batch."""
+    embedding, and what it retrieves, hardly depends on the batch it is in."""
     sequences = [join(tokenizer, list(ids)) for ids in question_ids]
     groups = same_padded_length_groups([len(ids) for ids, _ in sequences])
     with autocast(device, cpu_bf16_autocast):
