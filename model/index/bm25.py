@@ -19,13 +19,13 @@ import numpy as np
 import Stemmer
 
 from realm.model.index.mips import IndexIntegrityError
+from realm.model.networks.question_match import LANGUAGE
 from realm.model.publish import MANIFEST_FILE, publish, read_manifest, staging_dir, verify_step
 from realm.schemas import BLOCKS, read_table
 
 INDEX_TYPE = "bm25"
 BLOCK_IDS_FILE = "block_ids.npy"
 K1, B = 1.2, 0.75
-LANGUAGE = "english"
 
 
 def _tokenize(texts: Sequence[str]):

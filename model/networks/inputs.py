@@ -33,9 +33,16 @@ class BertInputs:
     input_ids: torch.Tensor  # [n, length] int64
     attention_mask: torch.Tensor  # [n, length] int64, 1 for real tokens
     token_type_ids: torch.Tensor  # [n, length] int64
+    # The reader's only: [n, length] int64, 1 at block wordpieces of a word the question says
+    # (`realm.model.networks.question_match`); None for the towers and the encoder.
+    question_match: torch.Tensor | None = None
 
     def to(self, device: torch.device) -> BertInputs:
-        return BertInputs(**{name: t.to(device, non_blocking=True) for name, t in self.as_kwargs().items()})
+        return BertInputs(**{name: t.to(device, non_blocking=True) for name, t in self._tensors().items()})
+
+    def _tensors(self) -> dict[str, torch.Tensor]:
+        extra = {} if self.question_match is None else {"question_match": self.question_match}
+        return {**self.as_kwargs(), **extra}
 
     def as_kwargs(self) -> dict[str, torch.Tensor]:
         """The keyword arguments of a BERT forward."""
@@ -53,7 +60,7 @@ class BertInputs:
         or padded further to `length` with masked positions (id 0: no real position attends
         to a masked one, so its id never reaches an output that is read)."""
         extra = max(length - self.input_ids.shape[1], 0)
-        return BertInputs(**{name: F.pad(t[index, :length], (0, extra)) for name, t in self.as_kwargs().items()})
+        return BertInputs(**{name: F.pad(t[index, :length], (0, extra)) for name, t in self._tensors().items()})
 
 
 # Answering pads a sequence to its length rounded up to a multiple of this, and reads only

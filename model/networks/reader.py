@@ -9,7 +9,8 @@ without the answer are negatives that get a gradient (`joint_reader_loss`), and 
 prediction is the argmax of the same logits (`best_span`). Scoring each block's spans with
 their own softmax instead lets the block whose span distribution is most peaked win,
 whatever its relevance. The answer is the block's original text between the span's
-character offsets (`span_text`), not detokenized wordpieces.
+character offsets (`span_text`), not detokenized wordpieces. The block's words that the
+question also says are marked in the input (`realm.model.networks.question_match`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from transformers import BertConfig, BertModel, BertPreTrainedModel
 
 from realm.model.networks.config import ModelConfig, build_component
 from realm.model.networks.inputs import BertInputs, joint_sequence, pad_batch, same_padded_length_groups
+from realm.model.networks.question_match import question_word_matches
 from realm.model.networks.marginal import LOG_ZERO, as_float32_or_wider, mask_log_scores, masked_logsumexp
 from realm.model.tokenization import WordPieceTokenizer
 
@@ -87,16 +89,25 @@ def reader_inputs(
     question_and_body_ids: Sequence[tuple[Sequence[int], Sequence[int]]],
     max_span: int = 10,
 ) -> tuple[BertInputs, SpanTable]:
-    """Padded `[CLS] q [SEP] z_body [SEP]` inputs and their candidate spans, one row per
-    (question, block) pair; spans follow the body as `join` actually kept it."""
+    """Padded `[CLS] q [SEP] z_body [SEP]` inputs with their `question_match` flags, and their
+    candidate spans, one row per (question, block) pair; spans follow the body as `join`
+    actually kept it."""
     sequences = [joint_sequence(tokenizer, q, body) for q, body in question_and_body_ids]
     body_lengths = torch.tensor([sum(types) - 1 for _, types in sequences])  # type-1 tokens: body + [SEP]
     body_starts = torch.tensor([len(ids) for ids, _ in sequences]) - body_lengths - 1
-    return pad_batch(sequences, tokenizer.pad_id), enumerate_spans(body_starts, body_lengths, max_span)
+    joint = pad_batch(sequences, tokenizer.pad_id)
+    joint.question_match = torch.zeros_like(joint.input_ids)
+    for row, ((q, body), start, length) in enumerate(zip(question_and_body_ids, body_starts.tolist(), body_lengths.tolist())):
+        flags = question_word_matches(tokenizer, q, body[:length])
+        joint.question_match[row, start : start + length] = torch.tensor(flags, dtype=torch.long)
+    return joint, enumerate_spans(body_starts, body_lengths, max_span)
 
 
 class Reader(BertPreTrainedModel):
-    """BERT + span scorer MLP([h_start; h_end]) with `span_hidden_size` (256) hidden units.
+    """BERT + span scorer MLP([h_start; h_end]) with `span_hidden_size` (256) hidden units, and
+    a learned vector added to the word embedding of each block wordpiece the question also
+    says (`question_match`: zero at first, so a warm start reads as it did; a checkpoint saved
+    without it loads it as zero too).
 
     The MLP's first layer on the concatenation equals W_s h_start + W_e h_end, so it is applied
     once per position (one projection split in two halves) and summed per span, as ORQA does,
@@ -109,15 +120,27 @@ class Reader(BertPreTrainedModel):
         self.span_projection = nn.Linear(config.hidden_size, 2 * config.span_hidden_size)
         self.span_norm = nn.LayerNorm(config.span_hidden_size, eps=config.layer_norm_eps)
         self.span_output = nn.Linear(config.span_hidden_size, 1)
+        self.question_match = nn.Embedding(2, config.hidden_size, padding_idx=0)  # row 0: no match, nothing added
         self.post_init()
 
-    def span_head(self) -> list[nn.Module]:
-        """The span MLP, which no warm start holds (fine-tuning gives it its own learning rate)."""
-        return [self.span_projection, self.span_norm, self.span_output]
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if module is getattr(self, "question_match", None):
+            nn.init.zeros_(module.weight)
+
+    def fresh_modules(self) -> list[nn.Module]:
+        """The span MLP and the question-match vector, which no warm start holds (fine-tuning
+        gives them their own learning rate)."""
+        return [self.span_projection, self.span_norm, self.span_output, self.question_match]
 
     def span_logits(self, joint: BertInputs, spans: SpanTable) -> torch.Tensor:
-        """[n, spans] float32 span scores; LOG_ZERO at invalid spans."""
-        hidden = self.bert(**joint.as_kwargs()).last_hidden_state  # [n, length, hidden]
+        """[n, spans] float32 span scores; LOG_ZERO at invalid spans. `joint` from `reader_inputs`."""
+        if joint.question_match is None:
+            raise ValueError("reader inputs need their question_match flags (built by reader_inputs)")
+        embeddings = self.bert.embeddings.word_embeddings(joint.input_ids) + self.question_match(joint.question_match)
+        hidden = self.bert(
+            inputs_embeds=embeddings, attention_mask=joint.attention_mask, token_type_ids=joint.token_type_ids
+        ).last_hidden_state  # [n, length, hidden]
         # The head runs in float32 even under bf16 autocast: one softmax ranks thousands of
         # spans against each other, and bf16's 8-bit mantissa ties scores ~0.4% apart.
         with torch.autocast(hidden.device.type, enabled=False):

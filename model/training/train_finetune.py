@@ -147,7 +147,7 @@ class FinetuneTrainer(Trainer):
             )
         total_steps = math.ceil(config.epochs * len(self.rows) / config.batch_size)
 
-        head = torch.nn.ModuleList(self.reader.span_head())
+        head = torch.nn.ModuleList(self.reader.fresh_modules())
         modules = [head, *self.retriever.trainable_modules(), self.reader]
         rates = [config.span_head_learning_rate] + [config.learning_rate] * (len(modules) - 1)
         optimizer = build_optimizer(modules, config.learning_rate, config.weight_decay, learning_rates=rates)

@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 import torch
 
@@ -118,7 +120,9 @@ def test_rows_read_at_their_own_padded_length_score_their_spans_as_the_padded_ba
     bodies = [tokenizer.encode("ada lovelace wrote it"), [], tokenizer.encode(" ".join(["the engine"] * 100))]
     joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies])
     widths = []
-    reader.bert.register_forward_pre_hook(lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape), with_kwargs=True)
+    reader.bert.register_forward_pre_hook(
+        lambda module, args, kwargs: widths.append(kwargs["inputs_embeds"].shape[:2]), with_kwargs=True
+    )
     with torch.no_grad():
         padded = reader.span_logits(joint, spans)
         widths.clear()
@@ -129,3 +133,43 @@ def test_rows_read_at_their_own_padded_length_score_their_spans_as_the_padded_ba
     lengths = joint.attention_mask.sum(1).tolist()
     assert padded_length(lengths[0]) == padded_length(lengths[1]) < padded_length(lengths[2])
     assert widths == [torch.Size([2, padded_length(lengths[0])]), torch.Size([1, padded_length(lengths[2])])]
+
+
+def test_the_block_words_the_question_says_are_flagged_at_their_joint_positions(tokenizer):
+    question = tokenizer.encode("who wrote the analytical engine's algorithm")
+    bodies = [tokenizer.encode("ada lovelace wrote the algorithm"), tokenizer.encode("the nile"), []]
+    joint, _ = reader_inputs(tokenizer, [(question, body) for body in bodies])
+    body_start = len(question) + 2
+    flags = joint.question_match.tolist()
+    # "wrote" and "algorithm" (all its wordpieces); "the" is a stop word; nothing outside a body.
+    assert [joint.input_ids[0, i].item() for i, flag in enumerate(flags[0]) if flag] == tokenizer.encode("wrote algorithm")
+    assert all(flag == 0 for flag in flags[0][:body_start])
+    assert flags[1] == [0] * len(flags[1]) and flags[2] == [0] * len(flags[2])
+
+
+def test_a_fresh_reader_reads_as_without_flags_and_learns_the_match_vector(tiny_config, tokenizer):
+    """The question-match vector starts at zero (a warm start reads as it did), is one of the
+    fresh modules, gets a gradient from the reader's loss, and once non-zero changes only the
+    rows that have a flagged wordpiece."""
+    reader = build_reader(tiny_config).eval()
+    question = tokenizer.encode("who wrote the first algorithm")
+    joint, spans = reader_inputs(tokenizer, [(question, tokenizer.encode(t)) for t in ("ada wrote it", "the nile")])
+    unflagged = dataclasses.replace(joint, question_match=torch.zeros_like(joint.question_match))
+    assert joint.question_match[0].any() and not joint.question_match[1].any()
+    logits = reader.span_logits(joint, spans)
+    assert torch.equal(logits, reader.span_logits(unflagged, spans).detach())
+    assert reader.question_match in reader.fresh_modules()
+
+    gold = spans.gold_mask([find_gold_spans(tokenizer, tokenizer.encode("ada wrote it"), ["Ada"]), []])
+    joint_logits = joint_span_logits(logits[None], torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool))
+    joint_reader_loss(joint_logits, gold.view(1, -1))[0].sum().backward()
+    assert reader.question_match.weight.grad[1].abs().sum() > 0
+    assert reader.question_match.weight.grad[0].abs().sum() == 0  # row 0, "no match", adds nothing
+
+    with torch.no_grad():
+        # A random direction: LayerNorm after the embeddings removes a constant vector's shift.
+        reader.question_match.weight[1] = torch.randn(reader.config.hidden_size)
+        changed = reader.span_logits(joint, spans)
+    valid = spans.valid
+    assert not torch.allclose(changed[0][valid[0]], logits[0][valid[0]])
+    assert torch.allclose(changed[1][valid[1]], logits[1][valid[1]], atol=1e-6)

@@ -1,0 +1,69 @@
+"""Which block wordpieces belong to a word the question also says: the reader's exact-match
+input feature (DrQA's, Chen et al. 2017).
+
+A reader trained on ~1.4k questions learns which spans look like answers faster than it
+learns to align a question with the block through attention: it answered "1911" for the
+year Marie Curie *shared* the Nobel Prize in *Physics*, next to "shared the 1903 Nobel Prize
+in Physics". Marking the block's words that the question says gives that alignment as an
+input (`realm.model.networks.reader.Reader`), not something each layer must rediscover.
+Words are whole words (a wordpiece and its `##` continuations), compared as BM25 compares
+them (`realm.model.index.bm25`): uncased (the vocabulary is), Snowball-stemmed ("shared" is
+"share"), without the same English stop words, which match in every block.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import Stemmer
+from bm25s.stopwords import STOPWORDS_EN
+
+from realm.model.tokenization import WordPieceTokenizer
+
+CONTINUATION = "##"
+# Snowball's stemmer language, BM25's too (`realm.model.index.bm25`).
+LANGUAGE = "english"
+
+
+def words(tokens: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(word, first, end) of each whole word in wordpiece `tokens`: a token and the `##`
+    continuations after it."""
+    found: list[tuple[str, int, int]] = []
+    for position, token in enumerate(tokens):
+        if token.startswith(CONTINUATION) and found:
+            word, first, _ = found[-1]
+            found[-1] = (word + token[len(CONTINUATION) :], first, position + 1)
+        else:
+            found.append((token, position, position + 1))
+    return found
+
+
+@functools.cache
+def _stemmer() -> Stemmer.Stemmer:
+    return Stemmer.Stemmer(LANGUAGE)
+
+
+def stems(tokens: Sequence[str]) -> list[tuple[str, int, int]]:
+    """`words` with each word Snowball-stemmed."""
+    found = words(tokens)
+    return [(stem, first, end) for stem, (_, first, end) in zip(_stemmer().stemWords([w for w, _, _ in found]), found)]
+
+
+def content_stems(tokens: Sequence[str]) -> set[str]:
+    """The stems of the words of `tokens` that have a letter or digit and are not stop words."""
+    return {
+        stem for (word, _, _), (stem, _, _) in zip(words(tokens), stems(tokens))
+        if word not in STOPWORDS_EN and any(c.isalnum() for c in word)
+    }
+
+
+def question_word_matches(tokenizer: WordPieceTokenizer, question_ids: Sequence[int], body_ids: Sequence[int]) -> list[int]:
+    """1 for each wordpiece of `body_ids` inside a word whose stem is one of the question's
+    content stems, else 0."""
+    asked = content_stems(tokenizer.convert_ids_to_tokens(list(question_ids)))
+    flags = [0] * len(body_ids)
+    for stem, first, end in stems(tokenizer.convert_ids_to_tokens(list(body_ids))):
+        if stem in asked:
+            flags[first:end] = [1] * (end - first)
+    return flags
