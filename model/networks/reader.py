@@ -137,7 +137,9 @@ class Reader(BertPreTrainedModel):
         """[n, spans] float32 span scores; LOG_ZERO at invalid spans. `joint` from `reader_inputs`."""
         if joint.question_match is None:
             raise ValueError("reader inputs need their question_match flags (built by reader_inputs)")
-        embeddings = self.bert.embeddings.word_embeddings(joint.input_ids) + self.question_match(joint.question_match)
+        embeddings = self.bert.embeddings.word_embeddings(joint.input_ids)
+        # The question-match vector stays float32 when `bert` alone is cast to bf16 (`--bf16-reader`).
+        embeddings = embeddings + self.question_match(joint.question_match).to(embeddings.dtype)
         hidden = self.bert(
             inputs_embeds=embeddings, attention_mask=joint.attention_mask, token_type_ids=joint.token_type_ids
         ).last_hidden_state  # [n, length, hidden]
