@@ -58,7 +58,9 @@ def content_stems(tokens: Sequence[str]) -> set[str]:
     }
 
 
-def question_word_matches(tokenizer: WordPieceTokenizer, question_ids: Sequence[int], body_ids: Sequence[int]) -> list[int]:
+def question_word_matches(
+    tokenizer: WordPieceTokenizer, question_ids: Sequence[int], body_ids: Sequence[int]
+) -> list[int]:
     """1 for each wordpiece of `body_ids` inside a word whose stem is one of the question's
     content stems, else 0."""
     asked = content_stems(tokenizer.convert_ids_to_tokens(list(question_ids)))

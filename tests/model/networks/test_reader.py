@@ -142,7 +142,8 @@ def test_the_block_words_the_question_says_are_flagged_at_their_joint_positions(
     body_start = len(question) + 2
     flags = joint.question_match.tolist()
     # "wrote" and "algorithm" (all its wordpieces); "the" is a stop word; nothing outside a body.
-    assert [joint.input_ids[0, i].item() for i, flag in enumerate(flags[0]) if flag] == tokenizer.encode("wrote algorithm")
+    flagged = [joint.input_ids[0, i].item() for i, flag in enumerate(flags[0]) if flag]
+    assert flagged == tokenizer.encode("wrote algorithm")
     assert all(flag == 0 for flag in flags[0][:body_start])
     assert flags[1] == [0] * len(flags[1]) and flags[2] == [0] * len(flags[2])
 
