@@ -44,28 +44,31 @@ def _stemmer() -> Stemmer.Stemmer:
     return Stemmer.Stemmer(LANGUAGE)
 
 
-def stems(tokens: Sequence[str]) -> list[tuple[str, int, int]]:
-    """`words` with each word Snowball-stemmed."""
+def stemmed_words(tokens: Sequence[str]) -> list[tuple[str, str, int, int]]:
+    """(word, Snowball stem, first, end) of each of `words(tokens)`."""
     found = words(tokens)
-    return [(stem, first, end) for stem, (_, first, end) in zip(_stemmer().stemWords([w for w, _, _ in found]), found)]
+    stems = _stemmer().stemWords([word for word, _, _ in found])
+    return [(word, stem, first, end) for (word, first, end), stem in zip(found, stems)]
 
 
 def content_stems(tokens: Sequence[str]) -> set[str]:
     """The stems of the words of `tokens` that have a letter or digit and are not stop words."""
     return {
-        stem for (word, _, _), (stem, _, _) in zip(words(tokens), stems(tokens))
+        stem for word, stem, _, _ in stemmed_words(tokens)
         if word not in STOPWORDS_EN and any(c.isalnum() for c in word)
     }
 
 
-def question_word_matches(
-    tokenizer: WordPieceTokenizer, question_ids: Sequence[int], body_ids: Sequence[int]
-) -> list[int]:
-    """1 for each wordpiece of `body_ids` inside a word whose stem is one of the question's
-    content stems, else 0."""
-    asked = content_stems(tokenizer.convert_ids_to_tokens(list(question_ids)))
+def question_stems(tokenizer: WordPieceTokenizer, question_ids: Sequence[int]) -> set[str]:
+    """`content_stems` of a question's wordpieces: what `question_word_matches` looks for."""
+    return content_stems(tokenizer.convert_ids_to_tokens(list(question_ids)))
+
+
+def question_word_matches(tokenizer: WordPieceTokenizer, asked: set[str], body_ids: Sequence[int]) -> list[int]:
+    """1 for each wordpiece of `body_ids` inside a word whose stem is in `asked` (the question's
+    `question_stems`, computed once for all the blocks it reads), else 0."""
     flags = [0] * len(body_ids)
-    for stem, first, end in stems(tokenizer.convert_ids_to_tokens(list(body_ids))):
+    for _, stem, first, end in stemmed_words(tokenizer.convert_ids_to_tokens(list(body_ids))):
         if stem in asked:
             flags[first:end] = [1] * (end - first)
     return flags

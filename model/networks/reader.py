@@ -25,7 +25,7 @@ from transformers import BertConfig, BertModel, BertPreTrainedModel
 from realm.model.networks.config import ModelConfig, build_component
 from realm.model.networks.inputs import BertInputs, joint_sequence, pad_batch, same_padded_length_groups
 from realm.model.networks.marginal import LOG_ZERO, as_float32_or_wider, mask_log_scores, masked_logsumexp
-from realm.model.networks.question_match import question_word_matches
+from realm.model.networks.question_match import question_stems, question_word_matches
 from realm.model.tokenization import WordPieceTokenizer
 
 
@@ -97,9 +97,13 @@ def reader_inputs(
     body_starts = torch.tensor([len(ids) for ids, _ in sequences]) - body_lengths - 1
     joint = pad_batch(sequences, tokenizer.pad_id)
     joint.question_match = torch.zeros_like(joint.input_ids)
+    asked: dict[tuple[int, ...], set[str]] = {}  # each question's stems, once for all the blocks it reads
     for row, (start, length) in enumerate(zip(body_starts.tolist(), body_lengths.tolist())):
         question, body = question_and_body_ids[row]
-        flags = question_word_matches(tokenizer, question, body[:length])
+        key = tuple(question)
+        if key not in asked:
+            asked[key] = question_stems(tokenizer, question)
+        flags = question_word_matches(tokenizer, asked[key], body[:length])
         joint.question_match[row, start : start + length] = torch.tensor(flags, dtype=torch.long)
     return joint, enumerate_spans(body_starts, body_lengths, max_span)
 

@@ -143,10 +143,12 @@ class FinetuneConfig(RetentionConfig):
         4.0, ge=0, description="passes over the training questions that carry a loss (ORQA: 20; 0 publishes the start)"
     )
     batch_size: int = Field(8, ge=1)
-    # BERT's fine-tuning range is 2e-5..5e-5 (Devlin et al.); the span MLP starts from
-    # scratch and learns at its own, higher rate.
+    # BERT's fine-tuning range is 2e-5..5e-5 (Devlin et al.); the span MLP and the
+    # question-match vector start from scratch and learn at their own, higher rate.
     learning_rate: float = Field(5e-5, gt=0, description="peak rate of the query tower and the reader's BERT")
-    span_head_learning_rate: float = Field(5e-4, gt=0, description="peak rate of the freshly initialised span MLP and question-match vector")
+    span_head_learning_rate: float = Field(
+        5e-4, gt=0, description="peak rate of the freshly initialised span MLP and question-match vector"
+    )
     warmup_fraction: float = Field(0.1, ge=0, lt=1, description="share of the steps the learning rate rises over")
     weight_decay: float = 0.01
     reader_dropout: float | None = Field(
