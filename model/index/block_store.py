@@ -24,8 +24,8 @@ from realm.schemas.io import naming_damage, open_parquet, parquet_files, read_va
 
 # What the doc tower, the encoder and the reader need of a block.
 BLOCK_COLUMNS = ["block_id", "title_token_ids", "body_token_ids"]
-# What showing a block as evidence needs besides.
-BLOCK_TEXT_COLUMNS = ["title", "text"]
+# What showing a block as evidence, and answering from its text, need besides.
+BLOCK_TEXT_COLUMNS = ["title", "text", "sentence_starts"]
 # Blocks held at once while putting a corpus in block_id order; a larger corpus is read in
 # several passes, one per range of ids (a pass holds ~1 GB of wordpieces at 288 a block).
 ORDER_PASS_BLOCKS = 1 << 20
@@ -88,11 +88,11 @@ class BlockStore:
         self._titles = _Lists(blocks["title_token_ids"])
         self._bodies = _Lists(blocks["body_token_ids"])
         has_text = set(BLOCK_TEXT_COLUMNS) <= set(blocks.column_names)
-        self._strings = {name: blocks[name] for name in BLOCK_TEXT_COLUMNS} if has_text else None
+        self._text_columns = {name: blocks[name] for name in BLOCK_TEXT_COLUMNS} if has_text else None
 
     @classmethod
     def from_parquet(cls, blocks_path: str, with_text: bool = False) -> BlockStore:
-        """Training needs only the wordpieces; `with_text` also loads `title` and `text`."""
+        """Training needs only the wordpieces; `with_text` also loads `title`, `text` and `sentence_starts`."""
         columns = BLOCK_COLUMNS + (BLOCK_TEXT_COLUMNS if with_text else [])
         return cls(pa.Table.from_batches(list(iter_block_batches(blocks_path, columns=columns))))
 
@@ -115,12 +115,16 @@ class BlockStore:
         return self._bodies.row(self._row(block_id))
 
     def title(self, block_id: int) -> str:
-        return self._string("title", block_id)
+        return self._text_value("title", block_id)
 
     def text(self, block_id: int) -> str:
-        return self._string("text", block_id)
+        return self._text_value("text", block_id)
 
-    def _string(self, column: str, block_id: int) -> str:
-        if self._strings is None:
+    def sentence_starts(self, block_id: int) -> list[int]:
+        """Character offsets in `text` where each of the block's sentences begins."""
+        return self._text_value("sentence_starts", block_id)
+
+    def _text_value(self, column: str, block_id: int) -> str | list[int]:
+        if self._text_columns is None:
             raise ValueError("this BlockStore holds no title/text; load it with from_parquet(..., with_text=True)")
-        return self._strings[column][self._row(block_id)].as_py()
+        return self._text_columns[column][self._row(block_id)].as_py()

@@ -80,15 +80,16 @@ def best_answer(
     log_probs: torch.Tensor,
     valid: torch.Tensor,
     spans: SpanTable,
-    read: dict[int, tuple[list[int], str]],
+    read: dict[int, tuple[list[int], str, list[int]]],
 ) -> Answer | None:
     """The answer string with the largest summed probability among the `ANSWER_CANDIDATES`
     best spans of one question's joint softmax (`log_probs` and `valid`, [read · spans]);
-    `read` maps each read block's position to its (body wordpieces, text). Spans that start or
-    end inside a word (next to a `##` wordpiece) are answers only when every candidate does;
+    `read` maps each read block's position to its (body wordpieces, text, sentence starts).
+    Spans that start or end inside a word (next to a `##` wordpiece) or run across a sentence
+    boundary ("Amazon or the Congo. The Nile") are answers only when every candidate does;
     strings compare after the exact-match normalisation. None when no span is valid."""
     top = torch.topk(log_probs.masked_fill(~valid, float("-inf")), min(ANSWER_CANDIDATES, log_probs.numel()))
-    offsets = {candidate: body_offsets(tokenizer, body, text) for candidate, (body, text) in read.items()}
+    offsets = {candidate: body_offsets(tokenizer, body, text) for candidate, (body, text, _) in read.items()}
     totals: dict[str, float] = {}
     first: dict[str, Answer] = {}
     fallback = None
@@ -97,9 +98,11 @@ def best_answer(
             break
         candidate, span_index = divmod(flat, spans.valid.shape[1])
         start, end = spans.body_span(span_index)
-        body, text = read[candidate]
+        body, text, sentence_starts = read[candidate]
         answer = Answer(candidate, start, end, *span_at(tokenizer, body, text, offsets[candidate], start, end), log_prob)
-        if answer.offsets is not None and cuts_a_word(text, *answer.offsets):
+        if answer.offsets is not None and (
+            cuts_a_word(text, *answer.offsets) or crosses_a_sentence(sentence_starts, *answer.offsets)
+        ):
             fallback = fallback or answer
             continue
         key = _answer_key(answer.text)
@@ -121,6 +124,13 @@ def cuts_a_word(text: str, start: int, end: int) -> bool:
         return 0 < i < len(text) and text[i - 1].isalnum() and text[i].isalnum()
 
     return inside(start) or inside(end)
+
+
+def crosses_a_sentence(sentence_starts: Sequence[int], start: int, end: int) -> bool:
+    """Whether a sentence begins inside text[start:end] (`sentence_starts`: the block's, as the
+    chunker split it). Answers lie within a sentence: over the 404 dev and demo questions, the
+    5 answers that ran across a boundary were all wrong."""
+    return any(start < sentence_start < end for sentence_start in sentence_starts)
 
 
 def answer_rank(evidence: Sequence[Evidence], answers: Sequence[str], answer_type: str = "text") -> int | None:
@@ -276,7 +286,10 @@ class Answerer:
                 for block_id, text, log_p, ok in zip(block_ids[row], texts, log_p_z[row], retrieved[row])
                 if ok
             ]
-            read = {candidate: (body, texts[candidate]) for candidate, body in enumerate(bodies[row])}
+            read = {
+                candidate: (body, texts[candidate], self.blocks.sentence_starts(int(block_ids[row, candidate])) if body else [])
+                for candidate, body in enumerate(bodies[row])
+            }
             best = best_answer(self.tokenizer, log_probs[row], valid[row], spans, read)
             if best is None:  # nothing retrieved (an empty corpus), or no read block with a body
                 predictions.append(Prediction(question, "", float("-inf"), 0.0, evidence, None))

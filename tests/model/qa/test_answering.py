@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from realm.model.qa.answer_metrics import normalize_answer
-from realm.model.qa.answering import ANSWER_CANDIDATES, Answerer, Evidence, answer_rank, best_answer, cuts_a_word
+from realm.model.qa.answering import (
+    ANSWER_CANDIDATES, Answerer, Evidence, answer_rank, best_answer, crosses_a_sentence, cuts_a_word,
+)
 from realm.model.index.block_store import BlockStore
 from realm.model.networks.checkpoint import save_checkpoint
 from realm.model.networks.config import build_component
@@ -79,7 +81,7 @@ def test_answer_is_the_string_with_the_largest_share_of_one_softmax_over_the_rea
     """Brute force: each read block through the reader alone (no batching, no padding); every
     (block, span) scores log p(z|x) + span score, p(z|x) over the retrieved blocks (a constant
     away from the retrieval logit), normalised in one softmax over all of them. Among the
-    ANSWER_CANDIDATES best spans that do not cut a word, the answer is the string (after
+    ANSWER_CANDIDATES best spans that neither cut a word nor cross a sentence, the answer is the string (after
     exact-match normalisation) with the largest summed share, its text the block's own at its
     best span, its score the log of that sum."""
     num_read = 3
@@ -96,16 +98,21 @@ def test_answer_is_the_string_with_the_largest_share_of_one_softmax_over_the_rea
                 start, end = spans.body_span(span_index)
                 scores.append(math.log(evidence.probability) + float(span_logits[span_index]))
                 char_start, char_end = offsets[start][0], offsets[end][1]
+                sentence_starts = answerer.blocks.sentence_starts(evidence.block_id)
                 answers.append((evidence.block_id, evidence.text[char_start:char_end],
-                                cuts_a_word(evidence.text, char_start, char_end)))
+                                cuts_a_word(evidence.text, char_start, char_end)
+                                or crosses_a_sentence(sentence_starts, char_start, char_end)))
         log_shares = torch.log_softmax(torch.tensor(scores, dtype=torch.float64), 0).tolist()
         top = sorted(range(len(scores)), key=lambda i: -scores[i])[:ANSWER_CANDIDATES]
         totals: dict[str, float] = {}
+        def key(text: str) -> str:  # strings that normalise to nothing ("the", ",") stay apart
+            return normalize_answer(text) or text
+
         for i in top:
             if not answers[i][2]:
-                totals[normalize_answer(answers[i][1])] = totals.get(normalize_answer(answers[i][1]), 0.0) + math.exp(log_shares[i])
+                totals[key(answers[i][1])] = totals.get(key(answers[i][1]), 0.0) + math.exp(log_shares[i])
         winner = max(totals, key=totals.__getitem__)
-        best = next(i for i in top if not answers[i][2] and normalize_answer(answers[i][1]) == winner)
+        best = next(i for i in top if not answers[i][2] and key(answers[i][1]) == winner)
         assert prediction.score == pytest.approx(math.log(totals[winner]), abs=1e-4)
         assert (prediction.block_id, prediction.answer) == answers[best][:2]
         assert prediction.probability == pytest.approx(math.exp(prediction.score))
@@ -122,11 +129,31 @@ def test_answers_sum_over_the_spans_of_one_string_and_never_cut_a_word(tokenizer
     log_probs = torch.full((spans.valid.shape[1],), -30.0)
     for (start, end), p in {(0, 0): 0.2, (3, 3): 0.16, (5, 5): 0.14, (9, 9): 0.5}.items():
         log_probs[spans.index(start, end)] = math.log(p)
-    best = best_answer(tokenizer, torch.log_softmax(log_probs, 0), spans.valid[0], spans, {0: (body, text)})
+    best = best_answer(tokenizer, torch.log_softmax(log_probs, 0), spans.valid[0], spans, {0: (body, text, [0])})
     # "yx" (0.5) cuts a word; Lyon's two spans (0.3) beat Paris's one (0.2).
     assert (best.text, best.start, best.offsets) == ("Lyon", 3, offsets[3])
     assert best.log_prob == pytest.approx(math.log(0.3), abs=1e-3)
     assert cuts_a_word("Bonaparte", 0, 4) and cuts_a_word("Bonaparte", 4, 9) and not cuts_a_word("Jay-Z", 0, 3)
+
+
+def test_answers_never_run_across_a_sentence_unless_every_candidate_does(tokenizer):
+    text = "It flows into the Nile. The Congo is long."
+    body = tokenizer.encode(text)
+    _, spans = reader_inputs(tokenizer, [(tokenizer.encode("q"), body)], 4)
+    offsets = body_offsets(tokenizer, body, text)
+    pieces = [text[s:e] for s, e in offsets]
+    assert pieces[4:8] == ["Nile", ".", "The", "Congo"]
+    sentence_starts = [0, text.index("The")]
+    log_probs = torch.full((spans.valid.shape[1],), -30.0)
+    log_probs[spans.index(4, 7)] = math.log(0.6)  # "Nile. The Congo"
+    log_probs[spans.index(7, 7)] = math.log(0.3)  # "Congo"
+    read = {0: (body, text, sentence_starts)}
+    assert best_answer(tokenizer, torch.log_softmax(log_probs, 0), spans.valid[0], spans, read).text == "Congo"
+    log_probs[spans.index(7, 7)] = -30.0
+    only = torch.zeros_like(spans.valid[0])
+    only[spans.index(4, 7)] = True  # the one valid span crosses: it is still the answer
+    assert best_answer(tokenizer, torch.log_softmax(log_probs, 0), only, spans, read).text == "Nile. The Congo"
+    assert crosses_a_sentence([0, 24], 18, 30) and not crosses_a_sentence([0, 24], 24, 30)
 
 
 def test_retrieving_more_than_the_corpus_returns_every_block_once(answerer):
