@@ -171,7 +171,7 @@ class Answerer:
         model_config: ModelConfig,
         device: torch.device | None = None,
     ):
-        """`blocks` must hold title and text (`BlockStore.from_parquet(path, with_text=True)`).
+        """`blocks` must hold title, text and sentence starts (`BlockStore.from_parquet(path, with_text=True)`).
         The reader runs on `device` (default: the retriever's)."""
         self.device = device or retriever.device
         self.retriever = retriever
@@ -286,9 +286,11 @@ class Answerer:
                 for block_id, text, log_p, ok in zip(block_ids[row], texts, log_p_z[row], retrieved[row])
                 if ok
             ]
+            read_ids = zip(block_ids[row, :num_read], retrieved[row, :num_read])
+            sentence_starts = [self.blocks.sentence_starts(int(block_id)) if ok else [] for block_id, ok in read_ids]
             read = {
-                candidate: (body, texts[candidate], self.blocks.sentence_starts(int(block_ids[row, candidate])) if body else [])
-                for candidate, body in enumerate(bodies[row])
+                candidate: (body, texts[candidate], starts)
+                for candidate, (body, starts) in enumerate(zip(bodies[row], sentence_starts))
             }
             best = best_answer(self.tokenizer, log_probs[row], valid[row], spans, read)
             if best is None:  # nothing retrieved (an empty corpus), or no read block with a body

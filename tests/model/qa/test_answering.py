@@ -94,42 +94,51 @@ def test_answer_is_the_string_with_the_largest_share_of_one_softmax_over_the_rea
             with torch.no_grad():
                 span_logits = answerer.reader.span_logits(joint, spans)[0]  # [spans]
             offsets = body_offsets(tokenizer, body, evidence.text)
+            sentence_starts = answerer.blocks.sentence_starts(evidence.block_id)
             for span_index in spans.valid[0].nonzero().flatten().tolist():
                 start, end = spans.body_span(span_index)
                 scores.append(math.log(evidence.probability) + float(span_logits[span_index]))
                 char_start, char_end = offsets[start][0], offsets[end][1]
-                sentence_starts = answerer.blocks.sentence_starts(evidence.block_id)
                 answers.append((evidence.block_id, evidence.text[char_start:char_end],
                                 cuts_a_word(evidence.text, char_start, char_end)
                                 or crosses_a_sentence(sentence_starts, char_start, char_end)))
         log_shares = torch.log_softmax(torch.tensor(scores, dtype=torch.float64), 0).tolist()
         top = sorted(range(len(scores)), key=lambda i: -scores[i])[:ANSWER_CANDIDATES]
         totals: dict[str, float] = {}
-        def key(text: str) -> str:  # strings that normalise to nothing ("the", ",") stay apart
-            return normalize_answer(text) or text
-
         for i in top:
             if not answers[i][2]:
-                totals[key(answers[i][1])] = totals.get(key(answers[i][1]), 0.0) + math.exp(log_shares[i])
+                totals[_key(answers[i][1])] = totals.get(_key(answers[i][1]), 0.0) + math.exp(log_shares[i])
         winner = max(totals, key=totals.__getitem__)
-        best = next(i for i in top if not answers[i][2] and key(answers[i][1]) == winner)
+        best = next(i for i in top if not answers[i][2] and _key(answers[i][1]) == winner)
         assert prediction.score == pytest.approx(math.log(totals[winner]), abs=1e-4)
         assert (prediction.block_id, prediction.answer) == answers[best][:2]
         assert prediction.probability == pytest.approx(math.exp(prediction.score))
         assert prediction.answer in _spans_of(tokenizer, answerer.blocks, prediction.block_id)
 
 
+def _key(text: str) -> str:
+    """An answer string as the brute force groups it: normalised, except that strings that
+    normalise to nothing ("the", ",") stay apart."""
+    return normalize_answer(text) or text
+
+
+def _one_block(tokenizer, text: str, max_span: int):
+    """(body wordpieces, span table, wordpiece offsets, wordpiece texts) of `text` read alone."""
+    body = tokenizer.encode(text)
+    _, spans = reader_inputs(tokenizer, [(tokenizer.encode("q"), body)], max_span)
+    offsets = body_offsets(tokenizer, body, text)
+    return body, spans, offsets, [text[s:e] for s, e in offsets]
+
+
 def test_answers_sum_over_the_spans_of_one_string_and_never_cut_a_word(tokenizer):
     text = "Paris, not Lyon; Lyon is in Zyxtrelland."
-    body = tokenizer.encode(text)
-    _, spans = reader_inputs(tokenizer, [(tokenizer.encode("q"), body)], 3)
-    offsets = body_offsets(tokenizer, body, text)
-    pieces = [text[s:e] for s, e in offsets]
+    body, spans, offsets, pieces = _one_block(tokenizer, text, 3)
     assert pieces[:6] == ["Paris", ",", "not", "Lyon", ";", "Lyon"] and pieces[8:10] == ["Z", "yx"]  # a word of several pieces
     log_probs = torch.full((spans.valid.shape[1],), -30.0)
     for (start, end), p in {(0, 0): 0.2, (3, 3): 0.16, (5, 5): 0.14, (9, 9): 0.5}.items():
         log_probs[spans.index(start, end)] = math.log(p)
-    best = best_answer(tokenizer, torch.log_softmax(log_probs, 0), spans.valid[0], spans, {0: (body, text, [0])})
+    read = {0: (body, text, [0])}
+    best = best_answer(tokenizer, torch.log_softmax(log_probs, 0), spans.valid[0], spans, read)
     # "yx" (0.5) cuts a word; Lyon's two spans (0.3) beat Paris's one (0.2).
     assert (best.text, best.start, best.offsets) == ("Lyon", 3, offsets[3])
     assert best.log_prob == pytest.approx(math.log(0.3), abs=1e-3)
@@ -138,10 +147,7 @@ def test_answers_sum_over_the_spans_of_one_string_and_never_cut_a_word(tokenizer
 
 def test_answers_never_run_across_a_sentence_unless_every_candidate_does(tokenizer):
     text = "It flows into the Nile. The Congo is long."
-    body = tokenizer.encode(text)
-    _, spans = reader_inputs(tokenizer, [(tokenizer.encode("q"), body)], 4)
-    offsets = body_offsets(tokenizer, body, text)
-    pieces = [text[s:e] for s, e in offsets]
+    body, spans, _, pieces = _one_block(tokenizer, text, 4)
     assert pieces[4:8] == ["Nile", ".", "The", "Congo"]
     sentence_starts = [0, text.index("The")]
     log_probs = torch.full((spans.valid.shape[1],), -30.0)
