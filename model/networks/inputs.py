@@ -36,12 +36,15 @@ class BertInputs:
     # The reader's only: [n, length] int64, 1 at block wordpieces of a word the question says
     # (`realm.model.networks.question_match`); None for the towers and the encoder.
     question_match: torch.Tensor | None = None
+    # The reader's only: [n, length] int64, the entity type id of each block wordpiece
+    # (`realm.model.networks.entity_types`, 0: none).
+    entity_types: torch.Tensor | None = None
 
     def to(self, device: torch.device) -> BertInputs:
         return BertInputs(**{name: t.to(device, non_blocking=True) for name, t in self._tensors().items()})
 
     def _tensors(self) -> dict[str, torch.Tensor]:
-        extra = {} if self.question_match is None else {"question_match": self.question_match}
+        extra = {name: getattr(self, name) for name in ("question_match", "entity_types") if getattr(self, name) is not None}
         return {**self.as_kwargs(), **extra}
 
     def as_kwargs(self) -> dict[str, torch.Tensor]:

@@ -23,6 +23,7 @@ from torch import nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
 
 from realm.model.networks.config import ModelConfig, build_component
+from realm.model.networks.entity_types import NUM_ENTITY_TYPES
 from realm.model.networks.inputs import BertInputs, joint_sequence, pad_batch, same_padded_length_groups
 from realm.model.networks.marginal import LOG_ZERO, as_float32_or_wider, mask_log_scores, masked_logsumexp
 from realm.model.networks.question_match import question_stems, question_word_matches
@@ -88,15 +89,18 @@ def reader_inputs(
     tokenizer: WordPieceTokenizer,
     question_and_body_ids: Sequence[tuple[Sequence[int], Sequence[int]]],
     max_span: int = 10,
+    entity_types: Sequence[Sequence[int]] | None = None,
 ) -> tuple[BertInputs, SpanTable]:
-    """Padded `[CLS] q [SEP] z_body [SEP]` inputs with their `question_match` flags, and their
-    candidate spans, one row per (question, block) pair; spans follow the body as `join`
-    actually kept it."""
+    """Padded `[CLS] q [SEP] z_body [SEP]` inputs with their `question_match` flags and the
+    body wordpieces' `entity_types` (one list per pair, as long as its body; None: no
+    entities), and their candidate spans, one row per (question, block) pair; spans follow the
+    body as `join` actually kept it."""
     sequences = [joint_sequence(tokenizer, q, body) for q, body in question_and_body_ids]
     body_lengths = torch.tensor([sum(types) - 1 for _, types in sequences])  # type-1 tokens: body + [SEP]
     body_starts = torch.tensor([len(ids) for ids, _ in sequences]) - body_lengths - 1
     joint = pad_batch(sequences, tokenizer.pad_id)
     joint.question_match = torch.zeros_like(joint.input_ids)
+    joint.entity_types = torch.zeros_like(joint.input_ids)
     asked: dict[tuple[int, ...], set[str]] = {}  # each question's stems, once for all the blocks it reads
     for row, (start, length) in enumerate(zip(body_starts.tolist(), body_lengths.tolist())):
         question, body = question_and_body_ids[row]
@@ -105,6 +109,8 @@ def reader_inputs(
             asked[key] = question_stems(tokenizer, question)
         flags = question_word_matches(tokenizer, asked[key], body[:length])
         joint.question_match[row, start : start + length] = torch.tensor(flags, dtype=torch.long)
+        if entity_types is not None:
+            joint.entity_types[row, start : start + length] = torch.tensor(entity_types[row][:length], dtype=torch.long)
     return joint, enumerate_spans(body_starts, body_lengths, max_span)
 
 
@@ -126,17 +132,18 @@ class Reader(BertPreTrainedModel):
         self.span_norm = nn.LayerNorm(config.span_hidden_size, eps=config.layer_norm_eps)
         self.span_output = nn.Linear(config.span_hidden_size, 1)
         self.question_match = nn.Embedding(2, config.hidden_size, padding_idx=0)  # row 0: no match, nothing added
+        self.entity_type = nn.Embedding(NUM_ENTITY_TYPES, config.hidden_size, padding_idx=0)  # row 0: no entity
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
-        if module is getattr(self, "question_match", None):
+        if module is getattr(self, "question_match", None) or module is getattr(self, "entity_type", None):
             nn.init.zeros_(module.weight)
 
     def fresh_modules(self) -> list[nn.Module]:
-        """The span MLP and the question-match vector, which no warm start holds (fine-tuning
-        gives them their own learning rate)."""
-        return [self.span_projection, self.span_norm, self.span_output, self.question_match]
+        """The span MLP and the question-match and entity-type vectors, which no warm start
+        holds (fine-tuning gives them their own learning rate)."""
+        return [self.span_projection, self.span_norm, self.span_output, self.question_match, self.entity_type]
 
     def span_logits(self, joint: BertInputs, spans: SpanTable) -> torch.Tensor:
         """[n, spans] float32 span scores; LOG_ZERO at invalid spans. `joint` from `reader_inputs`."""
@@ -145,6 +152,8 @@ class Reader(BertPreTrainedModel):
         embeddings = self.bert.embeddings.word_embeddings(joint.input_ids)
         # The question-match vector stays float32 when `bert` alone is cast to bf16 (`--bf16-reader`).
         embeddings = embeddings + self.question_match(joint.question_match).to(embeddings.dtype)
+        if joint.entity_types is not None:
+            embeddings = embeddings + self.entity_type(joint.entity_types).to(embeddings.dtype)
         hidden = self.bert(
             inputs_embeds=embeddings, attention_mask=joint.attention_mask, token_type_ids=joint.token_type_ids
         ).last_hidden_state  # [n, length, hidden]

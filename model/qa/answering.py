@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from realm.model.qa.answer_metrics import answer_in_text, normalize_answer
+from realm.model.qa.entity_types import BlockEntityTypes
 from realm.model.index.block_store import BlockStore
 from realm.model.networks.checkpoint import load_components
 from realm.model.networks.config import ModelConfig
@@ -181,6 +182,7 @@ class Answerer:
         self.blocks = blocks
         self.tokenizer = tokenizer
         self.model_config = model_config
+        self.entity_types = BlockEntityTypes(blocks, tokenizer)
 
     @classmethod
     def from_checkpoint(
@@ -264,10 +266,16 @@ class Answerer:
             [self.blocks.body_ids(int(block_id)) if ok else [] for block_id, ok in zip(row_ids, row_ok)]
             for row_ids, row_ok in zip(block_ids[:, :num_read], retrieved[:, :num_read].tolist())
         ]
+        entity_types = [
+            self.entity_types(int(block_id)) if ok else []
+            for row_ids, row_ok in zip(block_ids[:, :num_read], retrieved[:, :num_read].tolist())
+            for block_id, ok in zip(row_ids, row_ok)
+        ]
         joint, spans = reader_inputs(
             self.tokenizer,
             [(q, body) for q, row in zip(question_ids, bodies) for body in row],
             self.model_config.max_span_wordpieces,
+            entity_types,
         )
         with autocast(self.device, self.model_config.cpu_bf16_autocast):
             span_logits = span_logits_by_length(self.reader, joint.to(self.device), spans.to(self.device))  # [batch * read, spans]

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +59,7 @@ def finetune_loss(
     reader: Reader,
     tokenizer: WordPieceTokenizer,
     blocks: BlockStore,
+    entity_types: Callable[[int], list[int]],
     examples: Sequence[QAExample],
     candidates: CandidateCache,
     rows: np.ndarray,
@@ -67,7 +68,8 @@ def finetune_loss(
     device: torch.device,
 ) -> tuple[torch.Tensor, StepStats]:
     """Early-update retriever loss + joint reader loss of the questions `rows` (module
-    docstring), each a mean over the questions it is defined for; float32 scalar with graph."""
+    docstring), each a mean over the questions it is defined for; float32 scalar with graph.
+    `entity_types`: a block's body wordpieces' entity types (`realm.model.qa.entity_types`)."""
     size, read = len(rows), config.num_read
     question_ids = question_wordpieces(tokenizer, [examples[r].question for r in rows], config.max_question_wordpieces)
     block_ids, found = candidates.block_ids[rows], candidates.found[rows]  # [batch, candidates] x2
@@ -84,8 +86,12 @@ def finetune_loss(
     bodies = [
         [blocks.body_ids(int(block_ids[i, c])) if found[i, c] else [] for c in slot_rows[i]] for i in range(size)
     ]
+    read_types = [
+        entity_types(int(block_ids[i, c])) if found[i, c] else [] for i in range(size) for c in slot_rows[i]
+    ]
     joint, spans = reader_inputs(
-        tokenizer, [(q, body) for q, row in zip(question_ids, bodies) for body in row], model_config.max_span_wordpieces
+        tokenizer, [(q, body) for q, row in zip(question_ids, bodies) for body in row], model_config.max_span_wordpieces,
+        read_types,
     )
     gold_mask = spans.gold_mask(
         [candidates.gold[r][c] for i, r in enumerate(rows) for c in slot_rows[i]]

@@ -170,7 +170,7 @@ class FinetuneTrainer(Trainer):
             module.train()
         batch = batch_rows(self.rows, self.config.batch_size, self.seed, self.step)
         loss, stats = finetune_loss(
-            self.retriever, self.reader, self.tokenizer, self.blocks, self.training, self.candidates, batch,
+            self.retriever, self.reader, self.tokenizer, self.blocks, self.answerer.entity_types, self.training, self.candidates, batch,
             self.model_config, self.config, self.device,
         )
         self.final_loss = apply_update(loss, self.optimizer, self.scheduler, "fine-tuning", self.step + 1)

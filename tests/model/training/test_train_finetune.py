@@ -18,6 +18,7 @@ from realm.model.networks.encoder import build_encoder
 from realm.model.training.stage_settings import FinetuneConfig
 from realm.model.networks.inputs import pad_batch
 from realm.model.index.mips import MipsIndex
+from realm.model.qa.entity_types import BlockEntityTypes
 from realm.model.qa.qa_data import QAExample
 from realm.model.qa.question_retrieval import DenseRetriever
 from realm.model.networks.reader import build_reader, reader_inputs
@@ -91,7 +92,7 @@ def test_loss_is_early_update_plus_the_joint_reader_loss_computed_by_brute_force
     retriever = DenseRetriever(query_embedder, index, tokenizer, tiny_config, CPU)
     candidates = _cache(retriever, tokenizer, blocks, [example], tiny_config)
     loss, stats = finetune_loss(
-        retriever, reader, tokenizer, blocks, [example], candidates, np.array([0]), tiny_config, CONFIG, CPU
+        retriever, reader, tokenizer, blocks, BlockEntityTypes(blocks, tokenizer), [example], candidates, np.array([0]), tiny_config, CONFIG, CPU
     )
 
     question_ids = tokenizer.encode(example.question)
@@ -140,7 +141,7 @@ def test_gradients_reach_only_the_trained_towers_and_a_swapped_in_gold_block_is_
     # The Curie block is the only one holding 1903/1911; with one block read, it is read
     # whatever the untrained tower ranks first.
     loss, stats = finetune_loss(
-        retriever, reader, tokenizer, blocks, EXAMPLES, candidates, np.array([3]), tiny_config, config, CPU
+        retriever, reader, tokenizer, blocks, BlockEntityTypes(blocks, tokenizer), EXAMPLES, candidates, np.array([3]), tiny_config, config, CPU
     )
     first = int(np.argmax(retriever.score([tokenizer.encode(EXAMPLES[3].question)], candidates.block_ids[[3]], candidates.found[[3]]).detach().numpy()))
     assert stats.without_answer_in_read == int(not candidates.holds_answer[3, first])
