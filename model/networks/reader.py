@@ -10,7 +10,8 @@ prediction is the argmax of the same logits (`best_span`). Scoring each block's 
 their own softmax instead lets the block whose span distribution is most peaked win,
 whatever its relevance. The answer is the block's original text between the span's
 character offsets (`span_text`), not detokenized wordpieces. The block's words that the
-question also says are marked in the input (`realm.model.networks.question_match`).
+question also says are marked in the input (`realm.model.networks.question_match`), and so
+are the named entities' types (`realm.model.networks.entity_types`).
 """
 
 from __future__ import annotations
@@ -116,9 +117,10 @@ def reader_inputs(
 
 class Reader(BertPreTrainedModel):
     """BERT + span scorer MLP([h_start; h_end]) with `span_hidden_size` (256) hidden units, and
-    a learned vector added to the word embedding of each block wordpiece the question also
-    says (`question_match`: zero at first, so a warm start reads as it did; a checkpoint saved
-    without it loads it as zero too).
+    learned vectors added to the word embedding of each block wordpiece the question also says
+    (`question_match`) and of each one inside a named entity, one per type (`entity_type`, see
+    `realm.model.networks.entity_types`). Both start at zero, so a warm start reads as it did,
+    and a checkpoint saved without them loads them as zero too.
 
     The MLP's first layer on the concatenation equals W_s h_start + W_e h_end, so it is applied
     once per position (one projection split in two halves) and summed per span, as ORQA does,

@@ -1,4 +1,4 @@
-from realm.model.networks.entity_types import ENTITY_TYPE_IDS, wordpiece_entity_types
+from realm.model.networks.entity_types import ENTITY_LABELS, ENTITY_TYPE_IDS, load_ner, wordpiece_entity_types
 
 
 def test_wordpieces_inside_an_entity_carry_its_type_and_the_rest_none(tokenizer):
@@ -11,3 +11,7 @@ def test_wordpieces_inside_an_entity_carry_its_type_and_the_rest_none(tokenizer)
     assert [t for t in types if t] == [person] * len(tokenizer.encode("Marie Curie")) + [date, date]
     assert by_piece["won"] == by_piece["and"] == by_piece["."] == 0
     assert wordpiece_entity_types(None, 4, entities) == [0, 0, 0, 0]  # a text that is not the body's
+
+
+def test_the_type_ids_cover_every_label_the_ner_model_gives():
+    assert tuple(load_ner().get_pipe("ner").labels) == ENTITY_LABELS

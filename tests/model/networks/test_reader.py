@@ -3,6 +3,7 @@ import dataclasses
 import pytest
 import torch
 
+from realm.model.networks.entity_types import ENTITY_TYPE_IDS
 from realm.model.networks.inputs import padded_length
 from realm.model.networks.marginal import LOG_ZERO
 from realm.model.networks.reader import (
@@ -170,6 +171,38 @@ def test_a_fresh_reader_reads_as_without_flags_and_learns_the_match_vector(tiny_
     with torch.no_grad():
         # A random direction: LayerNorm after the embeddings removes a constant vector's shift.
         reader.question_match.weight[1] = torch.randn(reader.config.hidden_size)
+        changed = reader.span_logits(joint, spans)
+    valid = spans.valid
+    assert not torch.allclose(changed[0][valid[0]], logits[0][valid[0]])
+    assert torch.allclose(changed[1][valid[1]], logits[1][valid[1]], atol=1e-6)
+
+
+def test_entity_type_vectors_start_at_zero_train_and_change_only_the_tagged_rows(tiny_config, tokenizer):
+    """Each body wordpiece's entity type id (from `entity_types`, as long as its body) is
+    placed at its joint position; the type vectors start at zero (a checkpoint saved without
+    them reads as it did), are fresh modules, get a gradient, and once non-zero change only
+    the rows with a tagged wordpiece."""
+    reader = build_reader(tiny_config).eval()
+    question = tokenizer.encode("who wrote the first algorithm")
+    bodies = [tokenizer.encode(t) for t in ("ada wrote it", "the nile")]
+    person = ENTITY_TYPE_IDS["PERSON"]
+    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies], 10, [[person, 0, 0], [0, 0]])
+    body_start = len(question) + 2
+    assert joint.entity_types[0].nonzero().flatten().tolist() == [body_start]
+    assert joint.entity_types[0, body_start] == person and not joint.entity_types[1].any()
+    untagged = dataclasses.replace(joint, entity_types=torch.zeros_like(joint.entity_types))
+    logits = reader.span_logits(joint, spans)
+    assert torch.equal(logits, reader.span_logits(untagged, spans).detach())
+    assert reader.entity_type in reader.fresh_modules()
+
+    gold = spans.gold_mask([find_gold_spans(tokenizer, bodies[0], ["Ada"]), []])
+    joint_logits = joint_span_logits(logits[None], torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool))
+    joint_reader_loss(joint_logits, gold.view(1, -1))[0].sum().backward()
+    grad = reader.entity_type.weight.grad.abs().sum(dim=1)
+    assert grad[person] > 0 and grad[0] == 0 and grad[ENTITY_TYPE_IDS["DATE"]] == 0
+
+    with torch.no_grad():
+        reader.entity_type.weight[person] = torch.randn(reader.config.hidden_size)
         changed = reader.span_logits(joint, spans)
     valid = spans.valid
     assert not torch.allclose(changed[0][valid[0]], logits[0][valid[0]])
