@@ -89,13 +89,15 @@ def enumerate_spans(body_starts: torch.Tensor, body_lengths: torch.Tensor, max_s
 def reader_inputs(
     tokenizer: WordPieceTokenizer,
     question_and_body_ids: Sequence[tuple[Sequence[int], Sequence[int]]],
+    entity_types: Sequence[Sequence[int]],
     max_span: int = 10,
-    entity_types: Sequence[Sequence[int]] | None = None,
 ) -> tuple[BertInputs, SpanTable]:
     """Padded `[CLS] q [SEP] z_body [SEP]` inputs with their `question_match` flags and the
-    body wordpieces' `entity_types` (one list per pair, as long as its body; None: no
-    entities), and their candidate spans, one row per (question, block) pair; spans follow the
+    body wordpieces' `entity_types` (one list per pair, as long as its body: 0 outside an
+    entity), and their candidate spans, one row per (question, block) pair; spans follow the
     body as `join` actually kept it."""
+    if len(entity_types) != len(question_and_body_ids):
+        raise ValueError(f"{len(entity_types)} entity-type lists for {len(question_and_body_ids)} (question, block) pairs")
     sequences = [joint_sequence(tokenizer, q, body) for q, body in question_and_body_ids]
     body_lengths = torch.tensor([sum(types) - 1 for _, types in sequences])  # type-1 tokens: body + [SEP]
     body_starts = torch.tensor([len(ids) for ids, _ in sequences]) - body_lengths - 1
@@ -110,8 +112,9 @@ def reader_inputs(
             asked[key] = question_stems(tokenizer, question)
         flags = question_word_matches(tokenizer, asked[key], body[:length])
         joint.question_match[row, start : start + length] = torch.tensor(flags, dtype=torch.long)
-        if entity_types is not None:
-            joint.entity_types[row, start : start + length] = torch.tensor(entity_types[row][:length], dtype=torch.long)
+        if len(entity_types[row]) != len(body):
+            raise ValueError(f"pair {row}: {len(entity_types[row])} entity types for a body of {len(body)} wordpieces")
+        joint.entity_types[row, start : start + length] = torch.tensor(entity_types[row][:length], dtype=torch.long)
     return joint, enumerate_spans(body_starts, body_lengths, max_span)
 
 
@@ -149,13 +152,12 @@ class Reader(BertPreTrainedModel):
 
     def span_logits(self, joint: BertInputs, spans: SpanTable) -> torch.Tensor:
         """[n, spans] float32 span scores; LOG_ZERO at invalid spans. `joint` from `reader_inputs`."""
-        if joint.question_match is None:
-            raise ValueError("reader inputs need their question_match flags (built by reader_inputs)")
+        if joint.question_match is None or joint.entity_types is None:
+            raise ValueError("reader inputs need their question_match flags and entity types (built by reader_inputs)")
         embeddings = self.bert.embeddings.word_embeddings(joint.input_ids)
         # The question-match vector stays float32 when `bert` alone is cast to bf16 (`--bf16-reader`).
         embeddings = embeddings + self.question_match(joint.question_match).to(embeddings.dtype)
-        if joint.entity_types is not None:
-            embeddings = embeddings + self.entity_type(joint.entity_types).to(embeddings.dtype)
+        embeddings = embeddings + self.entity_type(joint.entity_types).to(embeddings.dtype)
         hidden = self.bert(
             inputs_embeds=embeddings, attention_mask=joint.attention_mask, token_type_ids=joint.token_type_ids
         ).last_hidden_state  # [n, length, hidden]

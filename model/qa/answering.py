@@ -274,8 +274,8 @@ class Answerer:
         joint, spans = reader_inputs(
             self.tokenizer,
             [(q, body) for q, row in zip(question_ids, bodies) for body in row],
-            self.model_config.max_span_wordpieces,
             entity_types,
+            self.model_config.max_span_wordpieces,
         )
         with autocast(self.device, self.model_config.cpu_bf16_autocast):
             span_logits = span_logits_by_length(self.reader, joint.to(self.device), spans.to(self.device))  # [batch * read, spans]

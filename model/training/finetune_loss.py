@@ -90,8 +90,8 @@ def finetune_loss(
         entity_types(int(block_ids[i, c])) if found[i, c] else [] for i in range(size) for c in slot_rows[i]
     ]
     joint, spans = reader_inputs(
-        tokenizer, [(q, body) for q, row in zip(question_ids, bodies) for body in row], model_config.max_span_wordpieces,
-        read_types,
+        tokenizer, [(q, body) for q, row in zip(question_ids, bodies) for body in row], read_types,
+        model_config.max_span_wordpieces,
     )
     gold_mask = spans.gold_mask(
         [candidates.gold[r][c] for i, r in enumerate(rows) for c in slot_rows[i]]

@@ -123,6 +123,8 @@ class FinetuneTrainer(Trainer):
         self.trained = {name: components[name] for name in sorted(components)}  # reader (and query_embedder, dense)
         # For validation; sets eval mode.
         self.answerer = Answerer(self.retriever, self.reader, self.blocks, self.tokenizer, model_config, self.device)
+        # One tagging of each block serves training and validation.
+        self.entity_types = self.answerer.entity_types
 
         # The candidates come from the starting query tower; a resumed stage (same questions,
         # index and settings: the same inputs) reads the ones its checkpoint recorded, so it
@@ -170,7 +172,7 @@ class FinetuneTrainer(Trainer):
             module.train()
         batch = batch_rows(self.rows, self.config.batch_size, self.seed, self.step)
         loss, stats = finetune_loss(
-            self.retriever, self.reader, self.tokenizer, self.blocks, self.answerer.entity_types, self.training, self.candidates, batch,
+            self.retriever, self.reader, self.tokenizer, self.blocks, self.entity_types, self.training, self.candidates, batch,
             self.model_config, self.config, self.device,
         )
         self.final_loss = apply_update(loss, self.optimizer, self.scheduler, "fine-tuning", self.step + 1)

@@ -18,6 +18,11 @@ from realm.model.networks.reader import (
 from realm.model.qa.gold_spans import find_gold_spans
 
 
+def untyped(bodies):
+    """Entity types of bodies with no named entity in them."""
+    return [[0] * len(body) for body in bodies]
+
+
 def test_spans_lie_inside_the_body_and_are_at_most_ten_wordpieces():
     spans = enumerate_spans(torch.tensor([5, 3]), torch.tensor([12, 4]), max_span=10)
     for row, (start, length) in enumerate([(5, 12), (3, 4)]):
@@ -35,7 +40,7 @@ def test_joint_loss_is_one_softmax_over_every_span_of_every_block_plus_its_retri
     question = tokenizer.encode("who wrote the first algorithm")
     texts = ["ada lovelace wrote it for the engine", "the nile is long"]
     bodies = [tokenizer.encode(t) for t in texts]
-    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies])
+    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies], untyped(bodies))
     assert spans.starts[:, 0].tolist() == [len(question) + 2] * 2
     assert spans.valid.sum(1).tolist() == [sum(min(10, len(b) - i) for i in range(len(b))) for b in bodies]
     gold = spans.gold_mask([find_gold_spans(tokenizer, body, ["Ada Lovelace"]) for body in bodies])
@@ -74,7 +79,8 @@ def test_a_span_scores_the_mlp_of_its_start_and_end_states_concatenated(tiny_con
     """Brute force, span by span: score = w · LayerNorm(ReLU(W [h_start; h_end] + b)) + c."""
     reader = build_reader(tiny_config).eval()
     question = tokenizer.encode("who wrote it")
-    joint, spans = reader_inputs(tokenizer, [(question, tokenizer.encode(t)) for t in ("the nile is long", "ada")])
+    bodies = [tokenizer.encode(t) for t in ("the nile is long", "ada")]
+    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies], untyped(bodies))
     with torch.no_grad():
         logits = reader.span_logits(joint, spans)
         hidden = reader.bert(**joint.as_kwargs()).last_hidden_state.float()
@@ -93,7 +99,8 @@ def test_a_span_scores_the_mlp_of_its_start_and_end_states_concatenated(tiny_con
 def test_a_question_with_no_gold_span_carries_no_loss_and_masked_blocks_no_probability(tiny_config, tokenizer):
     reader = build_reader(tiny_config).eval()
     question = tokenizer.encode("who wrote it")
-    joint, spans = reader_inputs(tokenizer, [(question, tokenizer.encode("the nile is long")), (question, [])])
+    bodies = [tokenizer.encode("the nile is long"), []]
+    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies], untyped(bodies))
     span_logits = reader.span_logits(joint, spans)[None]  # [1, 2, spans]
     joint_logits = joint_span_logits(span_logits, torch.tensor([[0.0, 5.0]]), torch.tensor([[True, False]]))
     loss, answerable = joint_reader_loss(joint_logits, torch.zeros_like(joint_logits, dtype=torch.bool))
@@ -104,7 +111,7 @@ def test_a_question_with_no_gold_span_carries_no_loss_and_masked_blocks_no_proba
 
 def test_spans_follow_a_body_cut_short_by_the_joint_length(tokenizer):
     question, body = list(range(1000, 1100)), list(range(2000, 2300))
-    joint, spans = reader_inputs(tokenizer, [(question, body)])
+    joint, spans = reader_inputs(tokenizer, [(question, body)], untyped([body]))
     kept = joint.input_ids.shape[1] - len(question) - 3
     ends = spans.ends[0][spans.valid[0]]
     assert kept < len(body) and ends.max() == joint.input_ids.shape[1] - 2  # last body wordpiece, before [SEP]
@@ -119,7 +126,7 @@ def test_rows_read_at_their_own_padded_length_score_their_spans_as_the_padded_ba
     reader = build_reader(tiny_config).eval()
     question = tokenizer.encode("who wrote the first algorithm")
     bodies = [tokenizer.encode("ada lovelace wrote it"), [], tokenizer.encode(" ".join(["the engine"] * 100))]
-    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies])
+    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies], untyped(bodies))
     widths = []
     reader.bert.register_forward_pre_hook(
         lambda module, args, kwargs: widths.append(kwargs["inputs_embeds"].shape[:2]), with_kwargs=True
@@ -139,7 +146,7 @@ def test_rows_read_at_their_own_padded_length_score_their_spans_as_the_padded_ba
 def test_the_block_words_the_question_says_are_flagged_at_their_joint_positions(tokenizer):
     question = tokenizer.encode("who wrote the analytical engine's algorithm")
     bodies = [tokenizer.encode("ada lovelace wrote the algorithm"), tokenizer.encode("the nile"), []]
-    joint, _ = reader_inputs(tokenizer, [(question, body) for body in bodies])
+    joint, _ = reader_inputs(tokenizer, [(question, body) for body in bodies], untyped(bodies))
     body_start = len(question) + 2
     flags = joint.question_match.tolist()
     # "wrote" and "algorithm" (all its wordpieces); "the" is a stop word; nothing outside a body.
@@ -155,7 +162,8 @@ def test_a_fresh_reader_reads_as_without_flags_and_learns_the_match_vector(tiny_
     rows that have a flagged wordpiece."""
     reader = build_reader(tiny_config).eval()
     question = tokenizer.encode("who wrote the first algorithm")
-    joint, spans = reader_inputs(tokenizer, [(question, tokenizer.encode(t)) for t in ("ada wrote it", "the nile")])
+    bodies = [tokenizer.encode(t) for t in ("ada wrote it", "the nile")]
+    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies], untyped(bodies))
     unflagged = dataclasses.replace(joint, question_match=torch.zeros_like(joint.question_match))
     assert joint.question_match[0].any() and not joint.question_match[1].any()
     logits = reader.span_logits(joint, spans)
@@ -186,7 +194,7 @@ def test_entity_type_vectors_start_at_zero_train_and_change_only_the_tagged_rows
     question = tokenizer.encode("who wrote the first algorithm")
     bodies = [tokenizer.encode(t) for t in ("ada wrote it", "the nile")]
     person = ENTITY_TYPE_IDS["PERSON"]
-    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies], 10, [[person, 0, 0], [0, 0]])
+    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies], [[person, 0, 0], [0, 0]])
     body_start = len(question) + 2
     assert joint.entity_types[0].nonzero().flatten().tolist() == [body_start]
     assert joint.entity_types[0, body_start] == person and not joint.entity_types[1].any()
@@ -207,3 +215,16 @@ def test_entity_type_vectors_start_at_zero_train_and_change_only_the_tagged_rows
     valid = spans.valid
     assert not torch.allclose(changed[0][valid[0]], logits[0][valid[0]])
     assert torch.allclose(changed[1][valid[1]], logits[1][valid[1]], atol=1e-6)
+
+
+def test_inputs_without_entity_types_for_every_body_wordpiece_are_refused(tiny_config, tokenizer):
+    """A reader that read blocks untagged would answer as if nothing in them were an entity:
+    a missing or short list of types, or inputs built without them, fail loudly instead."""
+    question, body = tokenizer.encode("who wrote it"), tokenizer.encode("ada wrote it")
+    with pytest.raises(ValueError, match="1 entity-type lists for 2"):
+        reader_inputs(tokenizer, [(question, body), (question, body)], untyped([body]))
+    with pytest.raises(ValueError, match="pair 0: 2 entity types for a body of 3 wordpieces"):
+        reader_inputs(tokenizer, [(question, body)], [[0, 0]])
+    joint, spans = reader_inputs(tokenizer, [(question, body)], untyped([body]))
+    with pytest.raises(ValueError, match="entity types"):
+        build_reader(tiny_config).span_logits(dataclasses.replace(joint, entity_types=None), spans)

@@ -90,7 +90,9 @@ def test_answer_is_the_string_with_the_largest_share_of_one_softmax_over_the_rea
         scores, answers = [], []
         for evidence in prediction.evidence[:num_read]:
             body = answerer.blocks.body_ids(evidence.block_id)
-            joint, spans = reader_inputs(tokenizer, [(question_ids, body)])
+            joint, spans = reader_inputs(
+                tokenizer, [(question_ids, body)], [answerer.entity_types(evidence.block_id)]
+            )
             with torch.no_grad():
                 span_logits = answerer.reader.span_logits(joint, spans)[0]  # [spans]
             offsets = body_offsets(tokenizer, body, evidence.text)
@@ -125,7 +127,7 @@ def _key(text: str) -> str:
 def _one_block(tokenizer, text: str, max_span: int):
     """(body wordpieces, span table, wordpiece offsets, wordpiece texts) of `text` read alone."""
     body = tokenizer.encode(text)
-    _, spans = reader_inputs(tokenizer, [(tokenizer.encode("q"), body)], max_span)
+    _, spans = reader_inputs(tokenizer, [(tokenizer.encode("q"), body)], [[0] * len(body)], max_span)
     offsets = body_offsets(tokenizer, body, text)
     return body, spans, offsets, [text[s:e] for s, e in offsets]
 

@@ -91,8 +91,9 @@ def test_loss_is_early_update_plus_the_joint_reader_loss_computed_by_brute_force
     example = EXAMPLES[0]
     retriever = DenseRetriever(query_embedder, index, tokenizer, tiny_config, CPU)
     candidates = _cache(retriever, tokenizer, blocks, [example], tiny_config)
+    entity_types = BlockEntityTypes(blocks, tokenizer)
     loss, stats = finetune_loss(
-        retriever, reader, tokenizer, blocks, BlockEntityTypes(blocks, tokenizer), [example], candidates, np.array([0]), tiny_config, CONFIG, CPU
+        retriever, reader, tokenizer, blocks, entity_types, [example], candidates, np.array([0]), tiny_config, CONFIG, CPU
     )
 
     question_ids = tokenizer.encode(example.question)
@@ -103,7 +104,7 @@ def test_loss_is_early_update_plus_the_joint_reader_loss_computed_by_brute_force
             logit = float(query @ torch.from_numpy(index.lookup([block_id])[0]))
             body = blocks.body_ids(int(block_id))
             gold = find_gold_spans(tokenizer, body, example.answers)
-            joint, spans = reader_inputs(tokenizer, [(question_ids, body)])
+            joint, spans = reader_inputs(tokenizer, [(question_ids, body)], [entity_types(int(block_id))])
             gold_mask = spans.gold_mask([gold])[0]
             span_logits = reader.span_logits(joint, spans)[0]
             span_scores += [(logit + float(span_logits[i]), bool(gold_mask[i])) for i in range(len(span_logits)) if spans.valid[0, i]]
