@@ -11,7 +11,9 @@ update plus the joint reader loss of a batch (`realm.model.training.finetune_los
 `validation_fraction` of the questions (chosen by a hash of the question, so the same ones on
 every run and machine) is never trained on: every `checkpoint_every` steps the model answers
 them exactly as `realm evaluate` does, and the checkpoint with the best exact match is kept
-in `<root>/best/<step>/` (`realm.model.networks.checkpoint.best_checkpoint` finds it). The training length is given in
+in `<root>/best/<step>/` (`realm.model.networks.checkpoint.best_checkpoint` finds it); with
+`average_weights`, the model validated and kept is the moving average of the recent steps'
+weights (`realm.model.training.weight_average`). The training length is given in
 epochs over the questions that carry a loss; the span MLP, which starts from scratch, has
 its own learning rate.
 
@@ -23,6 +25,7 @@ trains (`realm.model.training.trainer` holds its loop); the Prefect flows call i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Sequence
@@ -48,6 +51,7 @@ from realm.model.training.question_candidates import CandidateCache, join_candid
 from realm.model.training.stage_inputs import json_digest, stage_inputs
 from realm.model.training.stage_settings import FinetuneConfig
 from realm.model.training.trainer import ProgressFn, Trainer
+from realm.model.training.weight_average import WeightAverage
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +163,15 @@ class FinetuneTrainer(Trainer):
             self.counts, self.final_loss, self.best = extra["counts"], extra["loss"], extra["best"]
         else:
             self.counts, self.final_loss, self.best = dict.fromkeys(COUNTS, 0), None, None
+        self.average = WeightAverage(self.trained) if config.average_weights else None
+        if self.average is not None:
+            if not self.validation:
+                raise ValueError(
+                    f"average_weights: none of the {len(examples)} questions was held out for validation, "
+                    "through which the average is published"
+                )
+            if self.resume:
+                self.average.load_state_dict(extra["weight_average"])
         self.index_path = str(index_path)
         log.info(
             "fine-tuning on %d of %d questions (%d without an answer among their %d candidate blocks, %d held out for "
@@ -176,6 +189,8 @@ class FinetuneTrainer(Trainer):
             self.model_config, self.config, self.device,
         )
         self.final_loss = apply_update(loss, self.optimizer, self.scheduler, "fine-tuning", self.step + 1)
+        if self.average is not None:
+            self.average.update()
         self.step += 1
         self.counts["examples_seen"] += len(batch)
         self.counts["without_answer_in_read"] += stats.without_answer_in_read
@@ -194,7 +209,10 @@ class FinetuneTrainer(Trainer):
 
     def _checkpoint_extra(self) -> dict:
         candidates = {"block_ids": torch.from_numpy(self.candidates.block_ids), "found": torch.from_numpy(self.candidates.found)}
-        return {"loss": self.final_loss, "counts": self.counts, "best": self.best, "candidates": candidates}
+        extra = {"loss": self.final_loss, "counts": self.counts, "best": self.best, "candidates": candidates}
+        if self.average is not None:
+            extra["weight_average"] = self.average.state_dict()
+        return extra
 
     def _checkpoint_paths(self) -> dict:
         """The index it trains against, which `realm ask` and `realm evaluate` answer with."""
@@ -207,16 +225,18 @@ class FinetuneTrainer(Trainer):
         return str(Path(self.checkpoint_root) / BEST_DIR / str(self.best["step"]))
 
     def _validate(self) -> dict:
-        """Answer the validation questions; publish the model as the best when it is."""
+        """Answer the validation questions (with the averaged weights, when averaging); publish
+        the model as the best when it is."""
         if not self.validation:
             return {}
-        em = validation_exact_match(self.answerer, self.validation, self.config.num_read)
-        if self.best is None or em > self.best["exact_match"]:
-            save_checkpoint(
-                Path(self.checkpoint_root) / BEST_DIR, self.step, self.trained, extra=self._checkpoint_extra(), keep=1,
-                uses=self._checkpoint_uses(), paths=self._checkpoint_paths(), inputs=self.inputs,
-            )
-            self.best = {"step": self.step, "exact_match": em}
+        with self.average.swapped_in() if self.average is not None else contextlib.nullcontext():
+            em = validation_exact_match(self.answerer, self.validation, self.config.num_read)
+            if self.best is None or em > self.best["exact_match"]:
+                save_checkpoint(
+                    Path(self.checkpoint_root) / BEST_DIR, self.step, self.trained, extra=self._checkpoint_extra(),
+                    keep=1, uses=self._checkpoint_uses(), paths=self._checkpoint_paths(), inputs=self.inputs,
+                )
+                self.best = {"step": self.step, "exact_match": em}
         return {"validation_exact_match": em}
 
     def run(self, progress: ProgressFn | None = None) -> dict:

@@ -360,3 +360,46 @@ def test_bm25_candidates_add_the_questions_the_query_tower_misses_and_a_resume_k
     resumed = FinetuneTrainer(EXAMPLES, *index, None, str(tmp_path / "joined"), tiny_config, config_joined, CPU)
     assert resumed.step == joined["step"]
     assert np.array_equal(resumed.candidates.block_ids, recorded.numpy())
+
+
+def test_averaged_weights_are_what_is_validated_and_published_and_a_resume_averages_on_exactly(
+    qa_corpus, tmp_path, tiny_config
+):
+    """With average_weights the best checkpoint holds the moving average (not the last step's
+    weights, which the step checkpoint holds) and scores its validation EM; a crash after
+    step 2 and a rerun publish the same average as the uninterrupted run."""
+    examples = [*EXAMPLES, QAExample("Where does the Seine flow into the English Channel?", ["Le Havre"], "test")]
+    fraction = next(f for f in np.arange(0.05, 1, 0.05) if 1 <= sum(is_validation_question(e.question, f) for e in examples) <= 2)
+    validation = [e for e in examples if is_validation_question(e.question, fraction)]
+    # 3 or 4 training questions, 2 a batch, 2 epochs: 4 steps, validated at steps 2 and 4.
+    config = CONFIG.model_copy(
+        update={"epochs": 2, "batch_size": 2, "validation_fraction": float(fraction), "average_weights": True}
+    )
+    straight, _ = _train(qa_corpus, tmp_path / "straight", tiny_config, config, examples=examples)
+    assert straight["step"] == 4
+    answerer = Answerer.from_checkpoint(straight["checkpoint"], qa_corpus[1], qa_corpus[0], tiny_config, CPU)
+    assert validation_exact_match(answerer, validation, config.num_read) == straight["best_validation_em"]
+    best, last = _weights(straight["checkpoint"]), _weights(tmp_path / "straight" / "4")
+    assert not all(torch.equal(best[key], last[key]) for key in last)
+
+    def crash_at_step_3(metrics):
+        if metrics["step"] == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        FinetuneTrainer(
+            examples, *qa_corpus, None, str(tmp_path / "resumed"), tiny_config, config, CPU
+        ).run(crash_at_step_3)
+    resumed, resumed_log = _train(qa_corpus, tmp_path / "resumed", tiny_config, config, examples=examples)
+    assert [m["step"] for m in resumed_log] == [3, 4]
+    assert Path(resumed["checkpoint"]).name == Path(straight["checkpoint"]).name
+    resumed_best = _weights(resumed["checkpoint"])
+    assert all(torch.equal(resumed_best[key], value) for key, value in best.items())
+    averaged = [checkpoint_extra(tmp_path / run / "4")["weight_average"] for run in ("straight", "resumed")]
+    assert averaged[0]["updates"] == averaged[1]["updates"] == 4
+    assert all(torch.equal(value, averaged[1]["averages"][name]) for name, value in averaged[0]["averages"].items())
+
+
+def test_averaging_without_validation_questions_is_refused():
+    with pytest.raises(ValueError, match="needs validation_fraction > 0"):
+        FinetuneConfig.model_validate({**CONFIG.model_dump(), "average_weights": True})
