@@ -154,9 +154,10 @@ class FinetuneConfig(RetentionConfig):
     reader_dropout: float | None = Field(
         None, ge=0, lt=1, description="hidden-state dropout of the reader while it trains (None: the model preset's)"
     )
+    # Measured from one start on this CPU: the three dev sets' mean EM 0.190 against 0.179 (README).
     average_weights: bool = Field(
-        False, description="validate and publish a moving average of the recent steps' weights instead of the last "
-        "step's (realm.model.training.weight_average); needs validation questions",
+        True, description="validate and publish a moving average of the recent steps' weights instead of the last "
+        "step's (realm.model.training.weight_average)",
     )
     checkpoint_every: int = Field(200, ge=1, description="steps between checkpoints, each validated")
     log_every: int = Field(10, ge=1)
@@ -178,13 +179,6 @@ class FinetuneConfig(RetentionConfig):
     def _read_within_candidates(self) -> FinetuneConfig:
         if self.num_read > self.num_candidates:
             raise ValueError(f"need num_read <= num_candidates, got {self.num_read} and {self.num_candidates}")
-        return self
-
-    @model_validator(mode="after")
-    def _averages_published_through_validation(self) -> FinetuneConfig:
-        if self.average_weights and self.validation_fraction == 0:
-            raise ValueError("average_weights publishes the average as the best validated checkpoint: "
-                             "it needs validation_fraction > 0")
         return self
 
 

@@ -12,8 +12,9 @@ update plus the joint reader loss of a batch (`realm.model.training.finetune_los
 every run and machine) is never trained on: every `checkpoint_every` steps the model answers
 them exactly as `realm evaluate` does, and the checkpoint with the best exact match is kept
 in `<root>/best/<step>/` (`realm.model.networks.checkpoint.best_checkpoint` finds it); with
-`average_weights`, the model validated and kept is the moving average of the recent steps'
-weights (`realm.model.training.weight_average`). The training length is given in
+`average_weights` (the default), the model validated and kept is the moving average of the
+recent steps' weights (`realm.model.training.weight_average`), and without validation questions
+the newest average is kept. The training length is given in
 epochs over the questions that carry a loss; the span MLP, which starts from scratch, has
 its own learning rate.
 
@@ -164,14 +165,8 @@ class FinetuneTrainer(Trainer):
         else:
             self.counts, self.final_loss, self.best = dict.fromkeys(COUNTS, 0), None, None
         self.average = WeightAverage(self.trained) if config.average_weights else None
-        if self.average is not None:
-            if not self.validation:
-                raise ValueError(
-                    f"average_weights: none of the {len(examples)} questions was held out for validation, "
-                    "through which the average is published"
-                )
-            if self.resume:
-                self.average.load_state_dict(extra["weight_average"])
+        if self.average is not None and self.resume:
+            self.average.load_state_dict(extra["weight_average"])
         self.index_path = str(index_path)
         log.info(
             "fine-tuning on %d of %d questions (%d without an answer among their %d candidate blocks, %d held out for "
@@ -226,18 +221,25 @@ class FinetuneTrainer(Trainer):
 
     def _validate(self) -> dict:
         """Answer the validation questions (with the averaged weights, when averaging); publish
-        the model as the best when it is."""
-        if not self.validation:
+        the model as the best when it is. Averaging without validation questions publishes the
+        newest average at each checkpoint."""
+        if not self.validation and self.average is None:
             return {}
         with self.average.swapped_in() if self.average is not None else contextlib.nullcontext():
+            if not self.validation:
+                self._publish_best(None)
+                return {}
             em = validation_exact_match(self.answerer, self.validation, self.config.num_read)
             if self.best is None or em > self.best["exact_match"]:
-                save_checkpoint(
-                    Path(self.checkpoint_root) / BEST_DIR, self.step, self.trained, extra=self._checkpoint_extra(),
-                    keep=1, uses=self._checkpoint_uses(), paths=self._checkpoint_paths(), inputs=self.inputs,
-                )
-                self.best = {"step": self.step, "exact_match": em}
+                self._publish_best(em)
         return {"validation_exact_match": em}
+
+    def _publish_best(self, exact_match: float | None) -> None:
+        save_checkpoint(
+            Path(self.checkpoint_root) / BEST_DIR, self.step, self.trained, extra=self._checkpoint_extra(), keep=1,
+            uses=self._checkpoint_uses(), paths=self._checkpoint_paths(), inputs=self.inputs,
+        )
+        self.best = {"step": self.step, "exact_match": exact_match}
 
     def run(self, progress: ProgressFn | None = None) -> dict:
         """Train to the end; returns {step, checkpoint (the best validated, else the last),

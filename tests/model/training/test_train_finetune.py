@@ -40,10 +40,10 @@ EXAMPLES = [
 ]
 UNANSWERABLE = QAExample("Who painted the Mona Lisa?", ["Leonardo da Vinci"], "test")
 # Every block of the 8-block corpus is a candidate and is read, so every answerable question
-# is answerable in its read blocks; no validation unless a test asks for it.
+# is answerable in its read blocks; no validation and no weight averaging unless a test asks for them.
 CONFIG = FinetuneConfig(
     epochs=1, batch_size=3, learning_rate=1e-3, span_head_learning_rate=1e-3, warmup_fraction=0.25,
-    checkpoint_every=2, log_every=1, num_read=8, num_candidates=8, validation_fraction=0,
+    checkpoint_every=2, log_every=1, num_read=8, num_candidates=8, validation_fraction=0, average_weights=False,
 )
 
 
@@ -400,6 +400,14 @@ def test_averaged_weights_are_what_is_validated_and_published_and_a_resume_avera
     assert all(torch.equal(value, averaged[1]["averages"][name]) for name, value in averaged[0]["averages"].items())
 
 
-def test_averaging_without_validation_questions_is_refused():
-    with pytest.raises(ValueError, match="needs validation_fraction > 0"):
-        FinetuneConfig.model_validate({**CONFIG.model_dump(), "average_weights": True})
+def test_averaging_without_validation_questions_publishes_the_newest_average(qa_corpus, tmp_path, tiny_config):
+    """No question held out: each checkpoint publishes the average as it stands (unvalidated),
+    so the run's checkpoint holds the last average, not the last step's weights."""
+    config = CONFIG.model_copy(update={"epochs": 2, "average_weights": True})  # 3 steps, checkpoints at 2 and 3
+    result, logged = _train(qa_corpus, tmp_path, tiny_config, config)
+    assert Path(result["checkpoint"]) == tmp_path / "best" / "3" and result["best_validation_em"] is None
+    assert not any("validation_exact_match" in m for m in logged)
+    average = checkpoint_extra(tmp_path / "3")["weight_average"]["averages"]
+    published = _weights(result["checkpoint"])
+    assert all(torch.equal(published[name], value) for name, value in average.items())
+    assert not torch.equal(published["reader.span_output.weight"], _weights(tmp_path / "3")["reader.span_output.weight"])
