@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from realm.model.index.mips import latest_published
-from realm.model.networks.checkpoint import best_checkpoint, checkpoint_extra, checkpoint_paths
+from realm.model.publish import published_steps
+from realm.model.networks.checkpoint import BEST_DIR, best_checkpoint, checkpoint_extra, checkpoint_paths
+from realm.model.training.weight_average import CHECKPOINT_EXTRA_KEY
+from realm.schemas.manifest import IntegrityError, verify_step
 from realm.schemas.run_layout import RunLayout
 
 
@@ -34,7 +37,7 @@ class TrainedRun:
         """The run at `root`; `checkpoint`, `index_path` and `model_preset` (used only when the
         run records none) override what it holds. Raises FileNotFoundError naming what is missing."""
         layout = RunLayout.at(root)
-        checkpoint = checkpoint or best_checkpoint(layout.checkpoints("finetune"))
+        checkpoint = checkpoint or published_checkpoint(layout)
         if checkpoint is None:
             raise FileNotFoundError(f"{layout.root}: not a trained run (no checkpoints/finetune/; fine-tune it first)")
         if corpus is None:
@@ -52,6 +55,34 @@ class TrainedRun:
         if preset is None:
             raise FileNotFoundError(f"{layout.root}: no run.json naming the model preset the run trained")
         return cls(Path(checkpoint), Path(index), blocks, preset)
+
+
+def published_checkpoint(layout: RunLayout) -> Path | None:
+    """The fine-tuned checkpoint a run answers with: its best validated one (`best/<step>/`),
+    else its newest. A FileNotFoundError naming what is wrong with best/ when it is missing or
+    damaged and the newest holds a weight average: the run published only that average, and the
+    newest's own components are the trained weights, which it never validated."""
+    root = Path(layout.checkpoints("finetune"))
+    checkpoint = best_checkpoint(root)
+    if checkpoint is not None and checkpoint.parent.name != BEST_DIR and CHECKPOINT_EXTRA_KEY in checkpoint_extra(checkpoint):
+        raise FileNotFoundError(
+            f"{_why_unusable(root / BEST_DIR)}; this run publishes the moving average of its weights only there (its "
+            f"step checkpoints, {checkpoint} the newest, hold the trained weights): restore it, or remove {root} and "
+            "fine-tune again"
+        )
+    return checkpoint
+
+
+def _why_unusable(best: Path) -> str:
+    """What keeps the newest checkpoint under `best` from being read, naming the file."""
+    steps = published_steps(best)
+    if not steps:
+        return f"{best}: no checkpoint"
+    try:
+        verify_step(steps[-1][1])
+    except IntegrityError as problem:
+        return str(problem)
+    return f"{steps[-1][1]}: incomplete"
 
 
 def trained_index(layout: RunLayout, checkpoint: str | Path) -> Path | None:

@@ -11,6 +11,7 @@ from realm.model.networks.reader import build_reader
 from realm.model.networks.retriever import Embedder
 from realm.model.publish import MANIFEST_FILE
 from realm.model.qa.trained_run import TrainedRun
+from realm.model.training.weight_average import CHECKPOINT_EXTRA_KEY, WeightAverage
 from realm.schemas.run_layout import RunLayout
 
 
@@ -26,6 +27,28 @@ def test_a_run_resolves_to_its_best_checkpoint_and_the_index_it_was_trained_agai
     run = TrainedRun.at(layout.root)
     assert (run.checkpoint, run.index, run.blocks, run.model_preset) == (best, Path(index), layout.blocks, "tiny")
     assert TrainedRun.at(layout.root, checkpoint=root / "9").checkpoint == root / "9"
+
+
+def test_a_run_that_published_its_weight_average_never_answers_with_the_trained_weights(
+    tmp_path, qa_corpus, tiny_config
+):
+    _, index = qa_corpus
+    layout = RunLayout.at(tmp_path / "run")
+    layout.record_model_preset("tiny")
+    components = {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(tiny_config)}
+    root = Path(layout.checkpoints("finetune"))
+    average = WeightAverage(components)
+    save_checkpoint(root, 4, components, extra={CHECKPOINT_EXTRA_KEY: average.state_dict()}, paths={"index": index})
+    best = save_checkpoint(root / "best", 2, components, paths={"index": index})
+    assert TrainedRun.at(layout.root).checkpoint == best
+
+    (best / "reader" / "model.safetensors").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=rf"^{best}/reader/model.safetensors: size 0, .*; this run publishes the moving average"):
+        TrainedRun.at(layout.root)
+    shutil.rmtree(best)
+    with pytest.raises(FileNotFoundError, match=r"best: no checkpoint; .* \(its step checkpoints, .*/4 the newest"):
+        TrainedRun.at(layout.root)
+    assert TrainedRun.at(layout.root, checkpoint=root / "4").checkpoint == root / "4"  # asked for by name
 
 
 def test_what_a_run_lacks_is_named(tmp_path, tiny_config):
