@@ -12,17 +12,17 @@ fine-tuning runs. The first repetition is a warm-up; the median of the rest is r
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 import torch
 
-from realm.model.networks.config import ModelConfig, set_transformers_verbosity_error
-from realm.model.networks.device import autocast, select_device
+from realm.model.networks.config import ModelConfig
+from realm.model.networks.device import autocast
 from realm.model.networks.reader import build_reader
 
-FIRST_ORDINARY_WORDPIECE = 1000  # below are [unused] and special tokens
+from reader_batch import median_after_warmup, reader_batch
+
 SETTINGS = {"none": (0.0, 0.0), "hidden 0.1": (0.1, 0.0), "hidden + attention 0.1": (0.1, 0.1)}
 
 
@@ -36,29 +36,20 @@ def step_seconds(config: ModelConfig, ids: torch.Tensor, device: torch.device, r
             hidden = reader.bert(input_ids=ids, attention_mask=mask).last_hidden_state
         hidden.float().sum().backward()
         times.append(time.perf_counter() - start)
-    kept = sorted(times[1:])
-    return kept[len(kept) // 2]
+    return median_after_warmup(times)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="default")
-    parser.add_argument("--sequences", type=int, default=40)
-    parser.add_argument("--length", type=int, default=192)
-    parser.add_argument("--reps", type=int, default=4)
-    args = parser.parse_args()
-    set_transformers_verbosity_error()  # every build warm-starts without a span head: expected, not news
-    device = select_device()
-    torch.manual_seed(0)
-    base = ModelConfig.preset(args.preset)
-    ids = torch.randint(FIRST_ORDINARY_WORDPIECE, base.vocab_size, (args.sequences, args.length), device=device)
+    batch = reader_batch(__doc__.split("\n\n")[0], reps=4)
     seconds = {
-        name: step_seconds(ModelConfig.preset(args.preset, dropout=attention, hidden_dropout=hidden), ids, device, args.reps)
+        name: step_seconds(
+            ModelConfig.preset(batch.preset, dropout=attention, hidden_dropout=hidden), batch.ids, batch.device, batch.reps
+        )
         for name, (hidden, attention) in SETTINGS.items()
     }
     for name, value in seconds.items():
         print(f"{name:>24}: {value:.3f} s  ({value / seconds['none']:.2f}x no dropout)")
-    print(json.dumps({"device": str(device), "preset": args.preset, "seconds": seconds}))
+    print(json.dumps({"device": str(batch.device), "preset": batch.preset, "seconds": seconds}))
 
 
 if __name__ == "__main__":

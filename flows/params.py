@@ -63,6 +63,10 @@ class FinetuneParams(FinetuneConfig):
     retriever: Literal["dense", "bm25"] = Field(
         "dense", description="dense: the query tower over the pre-trained index; bm25: BM25 over the blocks (BERT-Baseline)"
     )
+    cloze_questions: int = Field(
+        0, ge=0, description="cloze questions from the run's salient-span sentences mixed into the training questions "
+        "(never validated on; realm.model.training.cloze_questions)",
+    )
 
 
 class EvaluateParams(BaseModel):

@@ -52,7 +52,7 @@ from realm.model.training.question_candidates import CandidateCache, join_candid
 from realm.model.training.stage_inputs import json_digest, stage_inputs
 from realm.model.training.stage_settings import FinetuneConfig
 from realm.model.training.trainer import ProgressFn, Trainer
-from realm.model.training.weight_average import WeightAverage
+from realm.model.training.weight_average import CHECKPOINT_EXTRA_KEY, WeightAverage
 
 log = logging.getLogger(__name__)
 
@@ -95,10 +95,14 @@ class FinetuneTrainer(Trainer):
         device: torch.device | None = None,
         reader_init: str | None = None,
         seed: int = 0,
+        extra_training: Sequence[QAExample] = (),
     ):
+        """`extra_training`: questions trained on beside `examples` and never validated on (the
+        corpus's cloze questions)."""
         super().__init__(checkpoint_root, config, device, seed)
         self.validation = [e for e in examples if is_validation_question(e.question, config.validation_fraction)]
         self.training = [e for e in examples if not is_validation_question(e.question, config.validation_fraction)]
+        self.training += extra_training
         if not self.training:
             raise ValueError(f"no training questions (of {len(examples)}, all held out for validation)")
         self.model_config = model_config
@@ -111,6 +115,8 @@ class FinetuneTrainer(Trainer):
         self.started_from = [path for path in (init_checkpoint, reader_init) if path not in (None, WARM_START)]
         data = {"blocks": blocks_path, "index": index_path, "init_checkpoint": init_checkpoint}
         values = {"questions": _questions_digest(examples)}
+        if extra_training:
+            values["extra_training"] = _questions_digest(extra_training)
         if reader_init == WARM_START:  # not a path: the model config's warm start
             values["reader_init"] = WARM_START
         else:
@@ -166,12 +172,12 @@ class FinetuneTrainer(Trainer):
             self.counts, self.final_loss, self.best = dict.fromkeys(COUNTS, 0), None, None
         self.average = WeightAverage(self.trained) if config.average_weights else None
         if self.average is not None and self.resume:
-            self.average.load_state_dict(extra["weight_average"])
+            self.average.load_state_dict(extra[CHECKPOINT_EXTRA_KEY])
         self.index_path = str(index_path)
         log.info(
             "fine-tuning on %d of %d questions (%d without an answer among their %d candidate blocks, %d held out for "
             "validation), %.3g epochs = %d steps from step %d",
-            len(self.rows), len(examples), len(self.training) - len(self.rows), self.candidates.block_ids.shape[1],
+            len(self.rows), len(self.training) + len(self.validation), len(self.training) - len(self.rows), self.candidates.block_ids.shape[1],
             len(self.validation), config.epochs, total_steps, self.step,
         )
 
@@ -206,7 +212,7 @@ class FinetuneTrainer(Trainer):
         candidates = {"block_ids": torch.from_numpy(self.candidates.block_ids), "found": torch.from_numpy(self.candidates.found)}
         extra = {"loss": self.final_loss, "counts": self.counts, "best": self.best, "candidates": candidates}
         if self.average is not None:
-            extra["weight_average"] = self.average.state_dict()
+            extra[CHECKPOINT_EXTRA_KEY] = self.average.state_dict()
         return extra
 
     def _checkpoint_paths(self) -> dict:
@@ -235,8 +241,12 @@ class FinetuneTrainer(Trainer):
         return {"validation_exact_match": em}
 
     def _publish_best(self, exact_match: float | None) -> None:
+        """Publish the components as they are now (the average, swapped in) as `best/<step>/`.
+        Its extra leaves the average out: its components are that average, and training
+        resumes from the step checkpoints, never from best/."""
+        extra = {key: value for key, value in self._checkpoint_extra().items() if key != CHECKPOINT_EXTRA_KEY}
         save_checkpoint(
-            Path(self.checkpoint_root) / BEST_DIR, self.step, self.trained, extra=self._checkpoint_extra(), keep=1,
+            Path(self.checkpoint_root) / BEST_DIR, self.step, self.trained, extra=extra, keep=1,
             uses=self._checkpoint_uses(), paths=self._checkpoint_paths(), inputs=self.inputs,
         )
         self.best = {"step": self.step, "exact_match": exact_match}

@@ -8,6 +8,8 @@ from realm.flows.evaluate import evaluate
 from realm.flows.finetune_openqa import finetune_openqa
 from realm.flows.params import EvaluateParams
 from realm.model.networks.checkpoint import load_components
+from realm.model.qa.qa_data import read_qa_file
+from realm.model.training.train_finetune import is_validation_question
 from tests.flows.tiny_run import tiny_params
 
 
@@ -33,3 +35,13 @@ def test_bm25_baseline_fine_tunes_the_reader_alone_and_evaluates_with_bm25_evide
     with pytest.raises(FileNotFoundError, match="pre-training checkpoint"):
         finetune_openqa(params.run, dense)
 
+
+
+def test_the_runs_cloze_questions_are_trained_on_beside_the_real_ones_and_never_validated(run_root):
+    params = tiny_params(run_root)
+    finetune = params.finetune.model_copy(update={"retriever": "bm25", "cloze_questions": 24})
+    result = finetune_openqa(params.run, finetune)
+    real = read_qa_file(finetune.qa_train[0])
+    validation = [e for e in real if is_validation_question(e.question, finetune.validation_fraction)]
+    assert result["validation_questions"] == len(validation) > 0
+    assert result["training_questions"] + result["without_answer_in_candidates"] == len(real) - len(validation) + 24

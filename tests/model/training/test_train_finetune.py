@@ -29,6 +29,7 @@ from realm.model.training.finetune_loss import finetune_loss, read_slots
 from realm.model.training.finetune_start import WARM_START
 from realm.model.training.question_candidates import CandidateCache
 from realm.model.training.train_finetune import FinetuneTrainer, is_validation_question, validation_exact_match
+from realm.model.training.weight_average import CHECKPOINT_EXTRA_KEY
 from tests.model.corpus_fixture import CORPUS
 
 CPU = torch.device("cpu")
@@ -395,7 +396,7 @@ def test_averaged_weights_are_what_is_validated_and_published_and_a_resume_avera
     assert Path(resumed["checkpoint"]).name == Path(straight["checkpoint"]).name
     resumed_best = _weights(resumed["checkpoint"])
     assert all(torch.equal(resumed_best[key], value) for key, value in best.items())
-    averaged = [checkpoint_extra(tmp_path / run / "4")["weight_average"] for run in ("straight", "resumed")]
+    averaged = [checkpoint_extra(tmp_path / run / "4")[CHECKPOINT_EXTRA_KEY] for run in ("straight", "resumed")]
     assert averaged[0]["updates"] == averaged[1]["updates"] == 4
     assert all(torch.equal(value, averaged[1]["averages"][name]) for name, value in averaged[0]["averages"].items())
 
@@ -407,7 +408,8 @@ def test_averaging_without_validation_questions_publishes_the_newest_average(qa_
     result, logged = _train(qa_corpus, tmp_path, tiny_config, config)
     assert Path(result["checkpoint"]) == tmp_path / "best" / "3" and result["best_validation_em"] is None
     assert not any("validation_exact_match" in m for m in logged)
-    average = checkpoint_extra(tmp_path / "3")["weight_average"]["averages"]
+    average = checkpoint_extra(tmp_path / "3")[CHECKPOINT_EXTRA_KEY]["averages"]
+    assert CHECKPOINT_EXTRA_KEY not in checkpoint_extra(result["checkpoint"])  # its components are the average
     published = _weights(result["checkpoint"])
     assert all(torch.equal(published[name], value) for name, value in average.items())
     assert not torch.equal(published["reader.span_output.weight"], _weights(tmp_path / "3")["reader.span_output.weight"])
