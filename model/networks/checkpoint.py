@@ -37,6 +37,10 @@ from realm.model.networks.retriever import Embedder
 TRAINING_STATE_FILE = "training_state.pt"
 # Under a checkpoint root, where a validated run publishes its best checkpoint.
 BEST_DIR = "best"
+# Where a checkpoint's `extra` keeps a moving average of the weights
+# (`realm.model.training.weight_average`): such a checkpoint's components are the trained
+# weights, and the average is what its run validated and published in best/.
+WEIGHT_AVERAGE_EXTRA = "weight_average"
 
 COMPONENT_CLASSES: dict[str, type[PreTrainedModel]] = {
     "query_embedder": Embedder,

@@ -12,8 +12,7 @@ from pathlib import Path
 
 from realm.model.index.mips import latest_published
 from realm.model.publish import published_steps
-from realm.model.networks.checkpoint import BEST_DIR, best_checkpoint, checkpoint_extra, checkpoint_paths
-from realm.model.training.weight_average import CHECKPOINT_EXTRA_KEY
+from realm.model.networks.checkpoint import BEST_DIR, WEIGHT_AVERAGE_EXTRA, best_checkpoint, checkpoint_extra, checkpoint_paths
 from realm.schemas.manifest import IntegrityError, verify_step
 from realm.schemas.run_layout import RunLayout
 
@@ -64,7 +63,8 @@ def published_checkpoint(layout: RunLayout) -> Path | None:
     newest's own components are the trained weights, which it never validated."""
     root = Path(layout.checkpoints("finetune"))
     checkpoint = best_checkpoint(root)
-    if checkpoint is not None and checkpoint.parent.name != BEST_DIR and CHECKPOINT_EXTRA_KEY in checkpoint_extra(checkpoint):
+    fallback = checkpoint is not None and checkpoint.parent.name != BEST_DIR
+    if fallback and WEIGHT_AVERAGE_EXTRA in checkpoint_extra(checkpoint):
         raise FileNotFoundError(
             f"{_why_unusable(root / BEST_DIR)}; this run publishes the moving average of its weights only there (its "
             f"step checkpoints, {checkpoint} the newest, hold the trained weights): restore it, or remove {root} and "

@@ -37,7 +37,7 @@ import torch
 from transformers import PreTrainedModel
 
 from realm.model.index.block_store import BlockStore
-from realm.model.networks.checkpoint import BEST_DIR, checkpoint_extra, save_checkpoint
+from realm.model.networks.checkpoint import BEST_DIR, WEIGHT_AVERAGE_EXTRA, checkpoint_extra, save_checkpoint
 from realm.model.networks.config import ModelConfig
 from realm.model.qa.answer_metrics import exact_match
 from realm.model.qa.answering import Answerer
@@ -52,7 +52,7 @@ from realm.model.training.question_candidates import CandidateCache, join_candid
 from realm.model.training.stage_inputs import json_digest, stage_inputs
 from realm.model.training.stage_settings import FinetuneConfig
 from realm.model.training.trainer import ProgressFn, Trainer
-from realm.model.training.weight_average import CHECKPOINT_EXTRA_KEY, WeightAverage
+from realm.model.training.weight_average import WeightAverage
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ class FinetuneTrainer(Trainer):
             self.counts, self.final_loss, self.best = dict.fromkeys(COUNTS, 0), None, None
         self.average = WeightAverage(self.trained) if config.average_weights else None
         if self.average is not None and self.resume:
-            self.average.load_state_dict(extra[CHECKPOINT_EXTRA_KEY])
+            self.average.load_state_dict(extra[WEIGHT_AVERAGE_EXTRA])
         self.index_path = str(index_path)
         log.info(
             "fine-tuning on %d of %d questions (%d without an answer among their %d candidate blocks, %d held out for "
@@ -212,7 +212,7 @@ class FinetuneTrainer(Trainer):
         candidates = {"block_ids": torch.from_numpy(self.candidates.block_ids), "found": torch.from_numpy(self.candidates.found)}
         extra = {"loss": self.final_loss, "counts": self.counts, "best": self.best, "candidates": candidates}
         if self.average is not None:
-            extra[CHECKPOINT_EXTRA_KEY] = self.average.state_dict()
+            extra[WEIGHT_AVERAGE_EXTRA] = self.average.state_dict()
         return extra
 
     def _checkpoint_paths(self) -> dict:
@@ -244,7 +244,7 @@ class FinetuneTrainer(Trainer):
         """Publish the components as they are now (the average, swapped in) as `best/<step>/`.
         Its extra leaves the average out: its components are that average, and training
         resumes from the step checkpoints, never from best/."""
-        extra = {key: value for key, value in self._checkpoint_extra().items() if key != CHECKPOINT_EXTRA_KEY}
+        extra = {key: value for key, value in self._checkpoint_extra().items() if key != WEIGHT_AVERAGE_EXTRA}
         save_checkpoint(
             Path(self.checkpoint_root) / BEST_DIR, self.step, self.trained, extra=extra, keep=1,
             uses=self._checkpoint_uses(), paths=self._checkpoint_paths(), inputs=self.inputs,

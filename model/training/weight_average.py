@@ -20,10 +20,6 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-# The key of the average's state in a checkpoint's `extra`: a checkpoint that holds one
-# carries the trained weights as its components, and the average is what was validated.
-CHECKPOINT_EXTRA_KEY = "weight_average"
-
 # Past ~1,000 updates the ramp would give way to a fixed horizon of 1,000 steps.
 MAX_DECAY = 0.999
 

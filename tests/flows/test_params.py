@@ -9,7 +9,7 @@ STAGES = [
     (IctParams, IctConfig, set()),
     (PretrainParams, PretrainConfig, set()),
     (ReaderWarmupParams, ReaderWarmupConfig, set()),
-    (FinetuneParams, FinetuneConfig, {"qa_train", "retriever"}),
+    (FinetuneParams, FinetuneConfig, {"qa_train", "retriever", "cloze_questions"}),
 ]
 
 

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 
 from realm.model.index.mips import MipsIndex
-from realm.model.networks.checkpoint import save_checkpoint
+from realm.model.networks.checkpoint import WEIGHT_AVERAGE_EXTRA, save_checkpoint
 from realm.model.networks.config import build_component
 from realm.model.networks.reader import build_reader
 from realm.model.networks.retriever import Embedder
 from realm.model.publish import MANIFEST_FILE
 from realm.model.qa.trained_run import TrainedRun
-from realm.model.training.weight_average import CHECKPOINT_EXTRA_KEY, WeightAverage
+from realm.model.training.weight_average import WeightAverage
 from realm.schemas.run_layout import RunLayout
 
 
@@ -38,7 +38,7 @@ def test_a_run_that_published_its_weight_average_never_answers_with_the_trained_
     components = {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(tiny_config)}
     root = Path(layout.checkpoints("finetune"))
     average = WeightAverage(components)
-    save_checkpoint(root, 4, components, extra={CHECKPOINT_EXTRA_KEY: average.state_dict()}, paths={"index": index})
+    save_checkpoint(root, 4, components, extra={WEIGHT_AVERAGE_EXTRA: average.state_dict()}, paths={"index": index})
     best = save_checkpoint(root / "best", 2, components, paths={"index": index})
     assert TrainedRun.at(layout.root).checkpoint == best
 

@@ -12,7 +12,9 @@ import torch
 from realm.model.qa.answering import Answerer
 from realm.model.index.block_store import BlockStore
 from realm.model.index.bm25 import Bm25Index
-from realm.model.networks.checkpoint import best_checkpoint, checkpoint_extra, load_components, save_checkpoint
+from realm.model.networks.checkpoint import (
+    WEIGHT_AVERAGE_EXTRA, best_checkpoint, checkpoint_extra, load_components, save_checkpoint,
+)
 from realm.model.networks.config import build_component
 from realm.model.networks.encoder import build_encoder
 from realm.model.training.stage_settings import FinetuneConfig
@@ -29,7 +31,6 @@ from realm.model.training.finetune_loss import finetune_loss, read_slots
 from realm.model.training.finetune_start import WARM_START
 from realm.model.training.question_candidates import CandidateCache
 from realm.model.training.train_finetune import FinetuneTrainer, is_validation_question, validation_exact_match
-from realm.model.training.weight_average import CHECKPOINT_EXTRA_KEY
 from tests.model.corpus_fixture import CORPUS
 
 CPU = torch.device("cpu")
@@ -396,7 +397,7 @@ def test_averaged_weights_are_what_is_validated_and_published_and_a_resume_avera
     assert Path(resumed["checkpoint"]).name == Path(straight["checkpoint"]).name
     resumed_best = _weights(resumed["checkpoint"])
     assert all(torch.equal(resumed_best[key], value) for key, value in best.items())
-    averaged = [checkpoint_extra(tmp_path / run / "4")[CHECKPOINT_EXTRA_KEY] for run in ("straight", "resumed")]
+    averaged = [checkpoint_extra(tmp_path / run / "4")[WEIGHT_AVERAGE_EXTRA] for run in ("straight", "resumed")]
     assert averaged[0]["updates"] == averaged[1]["updates"] == 4
     assert all(torch.equal(value, averaged[1]["averages"][name]) for name, value in averaged[0]["averages"].items())
 
@@ -408,8 +409,8 @@ def test_averaging_without_validation_questions_publishes_the_newest_average(qa_
     result, logged = _train(qa_corpus, tmp_path, tiny_config, config)
     assert Path(result["checkpoint"]) == tmp_path / "best" / "3" and result["best_validation_em"] is None
     assert not any("validation_exact_match" in m for m in logged)
-    average = checkpoint_extra(tmp_path / "3")[CHECKPOINT_EXTRA_KEY]["averages"]
-    assert CHECKPOINT_EXTRA_KEY not in checkpoint_extra(result["checkpoint"])  # its components are the average
+    average = checkpoint_extra(tmp_path / "3")[WEIGHT_AVERAGE_EXTRA]["averages"]
+    assert WEIGHT_AVERAGE_EXTRA not in checkpoint_extra(result["checkpoint"])  # its components are the average
     published = _weights(result["checkpoint"])
     assert all(torch.equal(published[name], value) for name, value in average.items())
     assert not torch.equal(published["reader.span_output.weight"], _weights(tmp_path / "3")["reader.span_output.weight"])
