@@ -177,8 +177,8 @@ class FinetuneTrainer(Trainer):
         log.info(
             "fine-tuning on %d of %d questions (%d without an answer among their %d candidate blocks, %d held out for "
             "validation), %.3g epochs = %d steps from step %d",
-            len(self.rows), len(self.training) + len(self.validation), len(self.training) - len(self.rows), self.candidates.block_ids.shape[1],
-            len(self.validation), config.epochs, total_steps, self.step,
+            len(self.rows), len(self.training) + len(self.validation), len(self.training) - len(self.rows),
+            self.candidates.block_ids.shape[1], len(self.validation), config.epochs, total_steps, self.step,
         )
 
     def train_step(self) -> dict:
