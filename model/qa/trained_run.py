@@ -1,6 +1,7 @@
 """What answering needs from a trained run root, resolved in one place for `realm ask`,
 `realm evaluate`, `realm run`'s closing answer and the HTTP server: the fine-tuned checkpoint
-(the best validated one, else the newest), the index that checkpoint was trained against, the
+(the best validated one, else the newest unless the run published a weight average there,
+`published_checkpoint`), the index that checkpoint was trained against, the
 run's blocks and its model preset. With `corpus`, the blocks and newest index of another
 knowledge corpus indexed for the run (`realm index`, `realm.model.qa.other_corpus`) instead.
 """

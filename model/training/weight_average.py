@@ -10,7 +10,8 @@ the average spans roughly the last tenth of the steps taken, so the freshly init
 head's first steps fade out of it instead of holding a fixed share.
 
 The average lives in float32 beside the parameters (one more copy of the trained weights) and
-is saved with each checkpoint, so a resumed run averages on as an uninterrupted one would.
+is saved with each step checkpoint, so a resumed run averages on as an uninterrupted one would
+(not with `best/<step>/`, whose components are the average itself).
 """
 
 from __future__ import annotations
