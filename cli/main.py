@@ -385,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(handler=_evaluate)
 
     compare = commands.add_parser(
-        "compare", help="EM with bootstrap 95% intervals and paired tests of evaluated runs on the same questions",
+        "compare", help="EM with bootstrap 95%% intervals and paired tests of evaluated runs on the same questions",
         description="Reads each run's predictions/ (written by `realm evaluate`); the first run is the baseline the "
         "others are tested against (exact McNemar test on the questions one answers right and the other wrong).",
     )

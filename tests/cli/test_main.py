@@ -40,6 +40,18 @@ def test_every_run_and_model_preset_is_offered_and_the_model_preset_overrides_th
         main(["train", "finetune", "--output", str(tmp_path), "--steps", "10"])
 
 
+@pytest.mark.parametrize(
+    "command",
+    [[], ["prepare"], ["run"], ["train", "finetune"], ["evaluate"], ["compare"], ["reproduce"], ["ask"], ["serve"],
+     ["info"], ["index"]],
+)
+def test_every_commands_help_prints_and_exits_zero(command, capsys):
+    # argparse expands help strings with %: a bare "95%" once made `realm --help` a traceback.
+    with pytest.raises(SystemExit) as exit_:
+        main([*command, "--help"])
+    assert exit_.value.code == 0 and "usage: realm" in capsys.readouterr().out
+
+
 def test_what_a_user_can_fix_is_one_line_and_a_non_zero_exit(tmp_path, capsys):
     assert main(["ask", "--run", str(tmp_path / "nowhere"), "who was the commander of apollo 11"]) == 2
     err = capsys.readouterr().err
