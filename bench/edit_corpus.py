@@ -13,8 +13,8 @@ whether the answers follow (Guu et al. 2020, §4.4; `realm index`).
    `realm prepare`'s spaCy pass gave those strings in the corpus); answers with no label are
    left alone. Blocks already edited for another fact are left alone.
 3. The original corpus and then the edited one are indexed under `--name` with the run's
-   trained doc tower (the second index re-embeds only the edited blocks), and the questions
-   are asked again.
+   trained doc tower (the second index re-embeds only the edited blocks; spaCy tags the
+   edited blocks' entities, the others keep the run's), and the questions are asked again.
 Each edited fact's new answer is counted as following the edit (the substitute), the old
 answer (memorised in the reader or found in a block the edit missed), or something else.
 Ends with one JSON line of the figures.
@@ -31,6 +31,7 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from realm.flows.demo import evaluation_qa_paths
 from realm.model.qa.answer_metrics import exact_match, normalize_answer
@@ -38,7 +39,9 @@ from realm.model.qa.answering import Answerer
 from realm.model.qa.other_corpus import index_other_corpus
 from realm.model.qa.qa_data import read_qa_file
 from realm.pipelines.chunk import block_id_for
-from realm.schemas import BLOCKS, PRETRAIN_EXAMPLES, read_table, write_table
+from realm.pipelines.entities import tag_blocks
+from realm.pipelines.ner import load_ner
+from realm.schemas import BLOCK_ENTITIES, BLOCKS, PRETRAIN_EXAMPLES, read_table, write_table
 from realm.schemas.run_layout import RunLayout
 
 log = logging.getLogger(__name__)
@@ -97,6 +100,14 @@ def edit_blocks(blocks: pa.Table, facts: list[dict], tokenizer, max_blocks: int)
     return pa.Table.from_pylist(rows, schema=BLOCKS), applied
 
 
+def entities_of(blocks: pa.Table, tagged: pa.Table) -> pa.Table:
+    """BLOCK_ENTITIES rows of `blocks`: those `tagged` already holds, and spaCy's for the rest."""
+    kept = tagged.filter(pc.is_in(tagged["block_id"], blocks["block_id"]))
+    new = blocks.filter(pc.invert(pc.is_in(blocks["block_id"], kept["block_id"])))
+    rows = list(tag_blocks(load_ner(), new.select(["block_id", "text"]).to_pylist()))
+    return pa.concat_tables([kept, pa.Table.from_pylist(rows, schema=BLOCK_ENTITIES)])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", required=True, help="a trained run root")
@@ -119,11 +130,14 @@ def main() -> None:
         if substitute is not None:
             facts.append({"question": example.question, "answer": prediction.answer, "substitute": substitute})
 
-    blocks = read_table(RunLayout.at(args.run).blocks, BLOCKS)
+    layout = RunLayout.at(args.run)
+    blocks, entities = read_table(layout.blocks, BLOCKS), read_table(layout.block_entities, BLOCK_ENTITIES)
     edited, applied = edit_blocks(blocks, facts, answerer.tokenizer, args.max_blocks)
     with tempfile.TemporaryDirectory() as tmp:
         for corpus, table in (("original", blocks), ("edited", edited)):
             write_table(str(Path(tmp) / corpus / "blocks" / "part-0.parquet"), table, BLOCKS)
+            write_table(str(Path(tmp) / corpus / "block_entities" / "part-0.parquet"), entities_of(table, entities),
+                        BLOCK_ENTITIES)
         first = index_other_corpus(args.run, Path(tmp) / "original", args.name, args.max_block_wordpieces)
         update = index_other_corpus(args.run, Path(tmp) / "edited", args.name, args.max_block_wordpieces)
 

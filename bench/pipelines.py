@@ -30,8 +30,8 @@ from realm.model.tokenization import load_tokenizer
 from realm.pipelines.artifacts import ReadArtifact
 from realm.pipelines.chunk import ChunkDocuments, load_sentencizer, split_into_blocks
 from realm.pipelines.execution import LOCAL_RUNNER_FLAGS, stage_counters
+from realm.pipelines.ner import load_ner
 from realm.pipelines.read_vital import load_vital_summaries, vital_summary_to_document
-from realm.model.networks.entity_types import load_ner
 from realm.pipelines.salient import TagSalientSpans
 from realm.pipelines.sentences import block_sentences
 from realm.schemas import BLOCKS, DOCUMENTS, write_table

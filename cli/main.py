@@ -32,6 +32,7 @@ REALM: retrieval-augmented language model pre-training, as a data pipeline.
 prepare   Beam: read a corpus and build the Parquet artifacts training needs:
             read      documents/          the corpus as (doc_id, title, text, url, date)
             chunk     blocks/             <= 288-wordpiece retrieval blocks ([CLS] title [SEP] body [SEP])
+            entities  block_entities/     each block's named entities (spaCy NER), the reader's entity-type input
             salient   pretrain_examples/  one sentence per example, salient spans (spaCy NER + dates)
             trivial   pretrain_examples/  forbidden_block_ids: every block holding the sentence verbatim
             ict       ict_examples/       Inverse Cloze Task pairs to warm-start the retriever
@@ -349,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     prepare = commands.add_parser(
         "prepare",
         help="build blocks, pre-training and ICT examples from a corpus (Beam)",
-        description="Run the corpus-preparation Beam pipeline: read -> chunk -> salient -> trivial, and ict.",
+        description="Run the corpus-preparation Beam pipeline: read -> chunk -> entities, salient -> trivial, and ict.",
         epilog=PREPARE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

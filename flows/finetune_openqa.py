@@ -107,7 +107,7 @@ def finetune_openqa(
             latest_checkpoint(layout.checkpoints("pretrain")), "pre-training checkpoint"
         )
         index_path = index_path or required(latest_published(layout.index), "published index")
-    reads = [*(params.qa_train or training_qa_paths()), layout.blocks, init_checkpoint, index_path]
+    reads = [*(params.qa_train or training_qa_paths()), layout.blocks, layout.block_entities, init_checkpoint, index_path]
     reads += [reader_init] if reader_init != WARM_START else []
     reads += [layout.pretrain_examples] if params.cloze_questions else []
     stage = cached_in_run(train_finetune_stage, layout, reads=reads, writes=[layout.checkpoints("finetune")])

@@ -69,7 +69,8 @@ def reader_warmup(
     init_checkpoint = init_checkpoint or required(latest_checkpoint(layout.checkpoints("pretrain")), "pre-training checkpoint")
     index_path = index_path or required(latest_published(layout.index), "published index")
     stage = cached_in_run(
-        train_reader_warmup_stage, layout, reads=[layout.pretrain_examples, layout.blocks, init_checkpoint, index_path],
+        train_reader_warmup_stage, layout,
+        reads=[layout.pretrain_examples, layout.blocks, layout.block_entities, init_checkpoint, index_path],
         writes=[layout.checkpoints("warmup")],
     )
     return stage(str(layout.root), run.model_preset, params, run.seed, run.device, str(init_checkpoint), str(index_path))

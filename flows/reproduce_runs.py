@@ -12,7 +12,7 @@ from pathlib import Path
 
 from realm.flows.params import RunParams
 
-SHARED_ARTIFACTS = ("documents", "blocks", "pretrain_examples", "ict_examples")
+SHARED_ARTIFACTS = ("documents", "blocks", "block_entities", "pretrain_examples", "ict_examples")
 
 
 def linked_run(root: Path, base: RunParams) -> RunParams:

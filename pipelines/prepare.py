@@ -4,10 +4,10 @@
     python -m realm.pipelines.prepare --corpus wikipedia-xml --input 'dumps/*.xml.bz2' --output DIR \\
         [--knowledge_blocks OTHER_RUN/blocks] [Beam flags, e.g. --runner DataflowRunner ...]
 
-Writes `documents/`, `blocks/`, `pretrain_examples/` (with `forbidden_block_ids`),
-`ict_examples/` and `dead_letter/` (always, even when empty) under `--output`, showing each
-stage's counts so far on stderr while it runs (`realm.pipelines.progress`), then prints the
-per-stage counts. Without `--knowledge_blocks`, the knowledge corpus Z is the blocks built
+Writes `documents/`, `blocks/`, `block_entities/`, `pretrain_examples/` (with
+`forbidden_block_ids`), `ict_examples/` and `dead_letter/` (always, even when empty) under
+`--output`, showing each stage's counts so far on stderr while it runs
+(`realm.pipelines.progress`), then prints the per-stage counts. Without `--knowledge_blocks`, the knowledge corpus Z is the blocks built
 here (X = Z, as in Wikipedia pre-training); with it, e.g. CC-News examples are filtered
 against a Wikipedia corpus built by an earlier run (X != Z).
 
@@ -27,6 +27,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from realm.pipelines.artifacts import ReadArtifact, WriteArtifact, artifact_pattern
 from realm.pipelines.chunk import ChunkDocuments
+from realm.pipelines.entities import TagBlockEntities
 from realm.pipelines.execution import execute, print_summary, require_matches, summary_file, write_summary
 from realm.pipelines.ict import BuildIctExamples
 from realm.pipelines.options import RealmOptions, require
@@ -35,13 +36,14 @@ from realm.pipelines.readers import read_corpus
 from realm.pipelines.salient import TagSalientSpans
 from realm.pipelines.staging import move_into_place, staged_output, write_manifests
 from realm.pipelines.trivial import FilterTrivialRetrievals
-from realm.schemas import BLOCKS, DEAD_LETTER, DOCUMENTS, ICT_EXAMPLES, PRETRAIN_EXAMPLES
+from realm.schemas import BLOCK_ENTITIES, BLOCKS, DEAD_LETTER, DOCUMENTS, ICT_EXAMPLES, PRETRAIN_EXAMPLES
 
 NAME = "prepare"
-STAGES = ["read", "chunk", "salient", "trivial", "ict"]
+STAGES = ["read", "chunk", "entities", "salient", "trivial", "ict"]
 OUTPUT_SCHEMAS = {
     "documents": DOCUMENTS,
     "blocks": BLOCKS,
+    "block_entities": BLOCK_ENTITIES,
     "pretrain_examples": PRETRAIN_EXAMPLES,
     "ict_examples": ICT_EXAMPLES,
     "dead_letter": DEAD_LETTER,
@@ -54,6 +56,7 @@ def build_prepare_pipeline(pipeline: beam.Pipeline, options: RealmOptions, outpu
     documents = read["documents"]
     chunked = taps.entering("chunk", documents) | ChunkDocuments(options.model_dir, options.max_block_wordpieces)
     blocks = chunked["blocks"]
+    entities = taps.entering("entities", blocks) | TagBlockEntities()
     tagged = taps.entering("salient", blocks) | TagSalientSpans(options.model_dir, options.seed)
     knowledge_blocks = (
         pipeline | "ReadKnowledgeBlocks" >> ReadArtifact(options.knowledge_blocks, BLOCKS)
@@ -67,12 +70,13 @@ def build_prepare_pipeline(pipeline: beam.Pipeline, options: RealmOptions, outpu
     ict = taps.entering("ict", blocks) | BuildIctExamples(
         options.model_dir, options.seed, options.ict_keep_probability, options.ict_queries_per_block
     )
-    stages = {"read": read, "chunk": chunked, "salient": tagged, "trivial": filtered, "ict": ict}
+    stages = {"read": read, "chunk": chunked, "entities": entities, "salient": tagged, "trivial": filtered, "ict": ict}
     for stage, stage_outputs in stages.items():
         taps.leaving(stage, stage_outputs)
     outputs = {
         "documents": documents,
         "blocks": blocks,
+        "block_entities": entities["block_entities"],
         "pretrain_examples": filtered["pretrain_examples"],
         "ict_examples": ict["ict_examples"],
         "dead_letter": [stage_outputs["dead_letter"] for stage_outputs in stages.values()] | "FlattenDeadLetters" >> beam.Flatten(),

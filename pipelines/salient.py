@@ -19,11 +19,11 @@ import sys
 from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
-from realm.model.networks.entity_types import load_ner
 from realm.model.tokenization import MAX_PRETRAIN_QUERY_WORDPIECES, WordPieceTokenizer, load_tokenizer
 from realm.pipelines.artifacts import ReadArtifact
 from realm.pipelines.dead_letters import DEAD_LETTER, counter, reject
 from realm.pipelines.execution import run_single_stage
+from realm.pipelines.ner import load_ner
 from realm.pipelines.sentences import block_sentences, stable_id
 from realm.schemas import BLOCKS, PRETRAIN_EXAMPLES
 

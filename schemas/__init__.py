@@ -4,6 +4,7 @@ One module per artifact family; `realm.schemas.io` writes and reads Parquet thro
 This package imports pyarrow only, so every other layer (Beam, torch, Prefect) may depend on it.
 """
 
+from realm.schemas.block_entities import BLOCK_ENTITIES
 from realm.schemas.blocks import BLOCKS
 from realm.schemas.dead_letter import DEAD_LETTER, MAX_RAW_CHARS, dead_letter_record
 from realm.schemas.documents import DOCUMENTS
@@ -24,6 +25,7 @@ from realm.schemas.reproduction import REPRODUCTION_RESULTS
 ARTIFACTS = {
     "documents": DOCUMENTS,
     "blocks": BLOCKS,
+    "block_entities": BLOCK_ENTITIES,
     "pretrain_examples": PRETRAIN_EXAMPLES,
     "ict_examples": ICT_EXAMPLES,
     "dead_letter": DEAD_LETTER,
@@ -36,6 +38,7 @@ __all__ = [
     "ARTIFACTS",
     "ArtifactError",
     "BLOCKS",
+    "BLOCK_ENTITIES",
     "DEAD_LETTER",
     "DOCUMENTS",
     "EMBEDDINGS",

@@ -1,7 +1,9 @@
 """Where a run keeps its artifacts: one root (local path) for every stage of the chain. A
 contract like the Parquet schemas beside it: it imports nothing above them.
 
-    <root>/documents, blocks, pretrain_examples, ict_examples, dead_letter, summary   (prepare)
+    <root>/documents, blocks, block_entities, pretrain_examples, ict_examples, dead_letter, summary
+                                                         (prepare; block_entities/ always lies beside
+                                                         the blocks/ it tags, `entities_beside`)
     <root>/checkpoints/{ict,pretrain,warmup,finetune}/<step>/   save_pretrained components + state
     <root>/checkpoints/{warmup,finetune}/best/<step>/    the best validated one
     <root>/checkpoints/<stage>.superseded-<n>/           a stage set aside when its inputs changed
@@ -10,7 +12,7 @@ contract like the Parquet schemas beside it: it imports nothing above them.
     <root>/bm25/<step>/                                  BM25 index over the blocks (BERT-Baseline)
     <root>/predictions/<dataset>.parquet, <root>/reports/ (metrics JSON lines, loss curves)
     <root>/run.json                                      the model preset the run trains
-    <root>/corpora/<name>/{blocks,embeddings/<v>,index/<v>,predictions}
+    <root>/corpora/<name>/{blocks,block_entities,embeddings/<v>,index/<v>,predictions}
                                                          another knowledge corpus, indexed by the
                                                          run's trained doc tower (`realm index`)
 """
@@ -30,6 +32,12 @@ CORPORA_DIR = "corpora"
 _CORPUS_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 
 
+def entities_beside(blocks_path: str | Path) -> str:
+    """The `block_entities/` artifact of a `blocks/` artifact: its sibling, in a run root, in
+    `corpora/<name>/` or in any prepared corpus."""
+    return str(Path(blocks_path).parent / "block_entities")
+
+
 @dataclass(frozen=True)
 class RunLayout:
     root: Path
@@ -44,6 +52,10 @@ class RunLayout:
     @property
     def blocks(self) -> str:
         return self.artifact("blocks")
+
+    @property
+    def block_entities(self) -> str:
+        return entities_beside(self.blocks)
 
     @property
     def pretrain_examples(self) -> str:
@@ -78,7 +90,7 @@ class RunLayout:
 
     def corpus(self, name: str) -> RunLayout:
         """The layout of another knowledge corpus indexed for this run, `<root>/corpora/<name>/`:
-        its own blocks/, embeddings/, index/ and predictions/ (checkpoints stay the run's)."""
+        its own blocks/, block_entities/, embeddings/, index/ and predictions/ (checkpoints stay the run's)."""
         if not _CORPUS_NAME.fullmatch(name):
             raise ValueError(f"corpus name {name!r} must be letters, digits, '.', '_' or '-' (it names a directory)")
         return RunLayout(self.root / CORPORA_DIR / name)

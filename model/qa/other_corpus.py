@@ -1,8 +1,8 @@
 """`realm index`: a trained run answers from another knowledge corpus without re-training.
 
 Any `realm prepare` output (or its `blocks/`) is copied into the run as
-`corpora/<name>/blocks/` (read and written through the BLOCKS schema, so a file that breaks
-the contract is refused naming it) and indexed by the doc tower that built the index the run
+`corpora/<name>/blocks/` and `corpora/<name>/block_entities/` (read and written through their
+schemas, so a file that breaks the contract is refused naming it) and indexed by the doc tower that built the index the run
 fine-tuned against, at the same block length: the query tower and reader were trained on
 exactly those vectors. Indexing the same name again after the corpus changed re-embeds only
 the blocks whose content changed (`realm.model.index.corpus_index`).
@@ -21,8 +21,8 @@ from realm.model.index.lineage import WEIGHTS_FILE, read_lineage
 from realm.model.publish import read_manifest, replace_dir
 from realm.model.networks.config import ModelConfig
 from realm.model.qa.trained_run import TrainedRun
-from realm.schemas import BLOCKS, read_table, write_table
-from realm.schemas.run_layout import RunLayout
+from realm.schemas import BLOCK_ENTITIES, BLOCKS, read_table, write_table
+from realm.schemas.run_layout import RunLayout, entities_beside
 
 
 def trained_doc_tower(index_path: str | os.PathLike) -> tuple[Path, int, int | None]:
@@ -66,20 +66,30 @@ def index_other_corpus(
     source = source / "blocks" if (source / "blocks").is_dir() else source
     if not source.is_dir():
         raise FileNotFoundError(f"{corpus}: not a prepared corpus (no blocks/ directory)")
+    entities = Path(entities_beside(source))
+    if not entities.is_dir():
+        raise FileNotFoundError(
+            f"{corpus}: no block_entities/ beside its blocks (prepared before entity tagging was a stage); tag them: "
+            f"python -m realm.pipelines.entities --blocks {source} --output {source.parent}"
+        )
     other = RunLayout.at(run_root).corpus(name)
-    staged = _stage_blocks(source, Path(other.blocks))
+    staged_blocks = _stage(source, Path(other.blocks), BLOCKS)
+    staged_entities = _stage(entities, Path(other.block_entities), BLOCK_ENTITIES)
     update = index_corpus(
-        str(staged), str(snapshot), step, other.embeddings, other.index, ModelConfig.preset(trained.model_preset),
+        str(staged_blocks), str(snapshot), step, other.embeddings, other.index, ModelConfig.preset(trained.model_preset),
         length, device, corpus_name=name, source=str(source.resolve()),
     )
-    replace_dir(staged, Path(other.blocks))
+    # A crash between the two leaves entities that tag other blocks: loading them refuses that, naming them, and
+    # indexing the name again mends it.
+    replace_dir(staged_entities, Path(other.block_entities))
+    replace_dir(staged_blocks, Path(other.blocks))
     return update
 
 
-def _stage_blocks(source: Path, target: Path) -> Path:
-    """The blocks of `source`, validated, written beside `target` under a hidden name."""
+def _stage(source: Path, target: Path, schema) -> Path:
+    """The artifact `source`, validated against `schema`, written beside `target` under a hidden name."""
     staged = target.with_name(f".{target.name}-staging-{os.getpid()}")
     shutil.rmtree(staged, ignore_errors=True)
-    write_table(str(staged / "part-00000.parquet"), read_table(str(source), BLOCKS), BLOCKS)
+    write_table(str(staged / "part-00000.parquet"), read_table(str(source), schema), schema)
     return staged
 

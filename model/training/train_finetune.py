@@ -53,6 +53,7 @@ from realm.model.training.stage_inputs import json_digest, stage_inputs
 from realm.model.training.stage_settings import FinetuneConfig
 from realm.model.training.trainer import ProgressFn, Trainer
 from realm.model.training.weight_average import WeightAverage
+from realm.schemas.run_layout import entities_beside
 
 log = logging.getLogger(__name__)
 
@@ -107,13 +108,16 @@ class FinetuneTrainer(Trainer):
             raise ValueError(f"no training questions (of {len(examples)}, all held out for validation)")
         self.model_config = model_config
         self.tokenizer = model_config.tokenizer()
-        self.blocks = BlockStore.from_parquet(blocks_path, with_text=True)
+        self.blocks = BlockStore.from_parquet(blocks_path, with_text=True, with_entities=True)
         dense = not is_bm25_index(index_path)
 
         # The checkpoints a fresh stage starts from: every checkpoint names them and its index as
         # used, so retention never removes them (`realm.model.publish`).
         self.started_from = [path for path in (init_checkpoint, reader_init) if path not in (None, WARM_START)]
-        data = {"blocks": blocks_path, "index": index_path, "init_checkpoint": init_checkpoint}
+        data = {
+            "blocks": blocks_path, "block_entities": entities_beside(blocks_path), "index": index_path,
+            "init_checkpoint": init_checkpoint,
+        }
         values = {"questions": _questions_digest(examples)}
         if extra_training:
             values["extra_training"] = _questions_digest(extra_training)
@@ -134,7 +138,7 @@ class FinetuneTrainer(Trainer):
         self.trained = {name: components[name] for name in sorted(components)}  # reader (and query_embedder, dense)
         # For validation; sets eval mode.
         self.answerer = Answerer(self.retriever, self.reader, self.blocks, self.tokenizer, model_config, self.device)
-        # One tagging of each block serves training and validation.
+        # One mapping of each block's entities to its wordpieces serves training and validation.
         self.entity_types = self.answerer.entity_types
 
         # The candidates come from the starting query tower; a resumed stage (same questions,

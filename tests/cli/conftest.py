@@ -19,5 +19,5 @@ def answerer(qa_corpus, tokenizer, tiny_config) -> Answerer:
     retriever = DenseRetriever(
         build_component(Embedder, tiny_config).eval(), MipsIndex.load(index_path), tokenizer, tiny_config, torch.device("cpu")
     )
-    blocks = BlockStore.from_parquet(blocks_path, with_text=True)
+    blocks = BlockStore.from_parquet(blocks_path, with_text=True, with_entities=True)
     return Answerer(retriever, build_reader(tiny_config).eval(), blocks, tokenizer, tiny_config, torch.device("cpu"))

@@ -2,6 +2,7 @@ import pytest
 
 import realm.flows.realm_pretrain
 from realm.cli.main import main
+from tests.model.corpus_fixture import write_corpus
 
 
 def test_train_param_overrides_are_typed_like_the_ui_form(monkeypatch, tmp_path, capsys):
@@ -77,10 +78,21 @@ def test_an_error_is_one_line_with_no_library_noise_before_it(tmp_path):
     assert done.stderr == f"realm ask: {tmp_path}: not a trained run (no checkpoints/finetune/; fine-tune it first)\n"
 
 
-def test_realm_index_then_ask_from_the_other_corpus(trained_run, blocks_table, tmp_path, capsys):
-    from realm.schemas import BLOCKS, write_table
+def test_answering_reads_the_prepared_entities_and_never_loads_spacy(trained_run):
+    import subprocess
+    import sys
 
-    write_table(str(tmp_path / "nile" / "blocks" / "part-0.parquet"), blocks_table.slice(5, 1), BLOCKS)  # the Nile's block
+    script = (
+        "import sys; from realm.cli.main import main; "
+        f"code = main(['ask', '--run', {str(trained_run.root)!r}, 'Where does the Nile flow?']); "
+        "print('spacy loaded' if 'spacy' in sys.modules else 'no spacy', code)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.stdout.splitlines()[-1] == "no spacy 0", done.stderr
+
+
+def test_realm_index_then_ask_from_the_other_corpus(trained_run, blocks_table, block_entities_table, tmp_path, capsys):
+    write_corpus(str(tmp_path / "nile" / "blocks"), blocks_table.slice(5, 1), block_entities_table)  # the Nile's block
     assert main(["index", "--run", str(trained_run.root), "--corpus", str(tmp_path / "nile"), "--name", "nile"]) == 0
     out = capsys.readouterr().out
     assert "corpus 'nile' version 0: 1 blocks (1 embedded, 0 unchanged, 0 dropped)" in out

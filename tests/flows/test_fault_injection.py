@@ -24,6 +24,7 @@ EVALUATE = ["evaluate", "--qa", str(demo_qa_path())]
 TARGETS = [
     ("blocks shard", "blocks/prepare-00000-of-00002.parquet", ["ask", QUESTION]),
     ("blocks shard", "blocks/prepare-00001-of-00002.parquet", EVALUATE),
+    ("block entities shard", "block_entities/prepare-00000-of-00002.parquet", ["ask", QUESTION]),
     ("faiss index", "index/6/index.faiss", ["ask", QUESTION]),
     ("faiss index", "index/6/index.faiss", EVALUATE),
     ("index block ids", "index/6/block_ids.npy", ["ask", QUESTION]),

@@ -1,4 +1,10 @@
-"""A tiny knowledge corpus Z built in code: (block_id, title, text)."""
+"""A tiny knowledge corpus Z built in code: (block_id, title, text), and how tests write a corpus."""
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from realm.schemas import BLOCK_ENTITIES, BLOCKS, write_table
+from realm.schemas.run_layout import entities_beside
 
 # Block ids are signed 64-bit hashes in the real corpus; negative ones must work too.
 CORPUS = [
@@ -11,3 +17,12 @@ CORPUS = [
     (9001, "Photosynthesis", "Photosynthesis converts light energy into chemical energy in plants and algae."),
     (-3, "Beethoven", "Ludwig van Beethoven was a German composer; he became deaf later in life."),
 ]
+
+
+def write_corpus(blocks_path: str, blocks: pa.Table, entities: pa.Table) -> str:
+    """`blocks` as a blocks/ artifact at `blocks_path` and the rows of `entities` that tag them
+    as the block_entities/ beside it."""
+    write_table(f"{blocks_path}/part-0.parquet", blocks, BLOCKS)
+    tagging = entities.filter(pc.is_in(entities["block_id"], blocks["block_id"]))
+    write_table(f"{entities_beside(blocks_path)}/part-0.parquet", tagging, BLOCK_ENTITIES)
+    return blocks_path

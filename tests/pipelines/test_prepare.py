@@ -17,7 +17,7 @@ from tests.pipelines.news_fixture import BRIDGE_HTML, BRIDGE_URL, CAFE_HTML, CAF
 from tests.pipelines.run_files import file_bytes
 from tests.pipelines.wikipedia_fixture import ARTICLES, dump_bytes, page
 
-WRITTEN = ["documents", "blocks", "pretrain_examples", "ict_examples", "dead_letter"]
+WRITTEN = ["documents", "blocks", "block_entities", "pretrain_examples", "ict_examples", "dead_letter"]
 IN_PROCESS = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
 
 
@@ -39,6 +39,10 @@ def assert_consistent(tables):
         assert example["origin_block_id"] in set(block_ids)
         assert all(len(example["token_ids"]) > p for p in example["masked_token_positions"])
     assert set(tables["ict_examples"]["context_block_id"].to_pylist()) <= set(block_ids)
+    assert sorted(tables["block_entities"]["block_id"].to_pylist()) == sorted(block_ids)  # every block, once
+    texts = dict(zip(block_ids, tables["blocks"]["text"].to_pylist()))
+    for row in tables["block_entities"].to_pylist():
+        assert all(0 <= e["start"] < e["end"] <= len(texts[row["block_id"]]) for e in row["entities"])
     assert all(n <= 288 for n in tables["blocks"]["num_tokens"].to_pylist())
 
 
@@ -68,6 +72,8 @@ def test_vital_corpus_with_the_default_two_worker_runner(tmp_path, monkeypatch, 
     assert tables["blocks"].num_rows == counts["chunk"]["blocks"] >= 40
     assert tables["pretrain_examples"].num_rows == counts["salient"]["sentences"] == counts["trivial"]["examples"]
     assert tables["ict_examples"].num_rows == counts["ict"]["examples"]
+    assert tables["block_entities"].num_rows == counts["entities"]["blocks"] == tables["blocks"].num_rows
+    assert counts["entities"]["entities"] == sum(len(e) for e in tables["block_entities"]["entities"].to_pylist()) > 0
     assert tables["dead_letter"].num_rows == 0  # written although empty
     assert pq.read_schema(next((tmp_path / "dead_letter").glob("*.parquet"))).names == ARTIFACTS["dead_letter"].names
     assert json.loads((tmp_path / "summary" / "prepare.json").read_text()) == counts
@@ -76,7 +82,8 @@ def test_vital_corpus_with_the_default_two_worker_runner(tmp_path, monkeypatch, 
     last_progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("prepare ")][-1]
     blocks, examples = counts["chunk"]["blocks"], counts["salient"]["sentences"]
     assert last_progress.split(" | ")[1:] == [
-        "read 40 out", f"chunk 40 in, {blocks:,} out", f"salient {blocks:,} in, {examples:,} out",
+        "read 40 out", f"chunk 40 in, {blocks:,} out", f"entities {blocks:,} in, {blocks:,} out",
+        f"salient {blocks:,} in, {examples:,} out",
         f"trivial {examples:,} in, {examples:,} out", f"ict {blocks:,} in, {counts['ict']['examples']:,} out",
     ]
 

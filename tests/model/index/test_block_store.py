@@ -4,7 +4,7 @@ import pytest
 
 from realm.model.index import block_store
 from realm.model.index.block_store import BLOCK_COLUMNS, BlockStore, iter_block_batches
-from realm.schemas import BLOCKS, UnreadableArtifactError, write_table
+from realm.schemas import BLOCK_ENTITIES, BLOCKS, ArtifactError, UnreadableArtifactError, write_table
 
 
 def _reshuffled_into_shards(blocks_table: pa.Table, directory, sizes: list[int]) -> str:
@@ -34,3 +34,26 @@ def test_a_damaged_shard_is_named(blocks_table, tmp_path):
     shard.write_bytes(shard.read_bytes()[:-40])
     with pytest.raises(UnreadableArtifactError, match=f"^{shard}: not readable as Parquet"):
         BlockStore.from_parquet(path)
+
+
+def test_entities_are_read_from_beside_the_blocks_in_any_shard_order(blocks_table, block_entities_table, tmp_path):
+    path = _reshuffled_into_shards(blocks_table, tmp_path / "blocks", [5, 3])
+    shuffled = block_entities_table.take(np.random.default_rng(7).permutation(block_entities_table.num_rows))
+    write_table(str(tmp_path / "block_entities" / "part-0.parquet"), shuffled, BLOCK_ENTITIES)
+    store = BlockStore.from_parquet(path, with_text=True, with_entities=True)
+    for row in block_entities_table.to_pylist():
+        assert store.entities(row["block_id"]) == [(e["start"], e["end"], e["label"]) for e in row["entities"]]
+    text = store.text(-42)  # Marie Curie's block
+    assert ("Marie Curie", "PERSON") in [(text[start:end], label) for start, end, label in store.entities(-42)]
+    with pytest.raises(ValueError, match="holds no entities"):
+        BlockStore.from_parquet(path, with_text=True).entities(-42)
+
+
+def test_entities_that_are_missing_or_tag_other_blocks_are_refused_naming_them(blocks_table, block_entities_table, tmp_path):
+    path = _reshuffled_into_shards(blocks_table, tmp_path / "blocks", [8])
+    entities = tmp_path / "block_entities"
+    with pytest.raises(FileNotFoundError, match=f"^{entities}: no block entities .* --blocks {path} --output {tmp_path}$"):
+        BlockStore.from_parquet(path, with_text=True, with_entities=True)
+    write_table(str(entities / "part-0.parquet"), block_entities_table.sort_by("block_id").slice(1), BLOCK_ENTITIES)
+    with pytest.raises(ArtifactError, match=f"^{entities}: block -42 has no row \\(7 rows for 8 blocks\\)"):
+        BlockStore.from_parquet(path, with_text=True, with_entities=True)

@@ -1,4 +1,5 @@
-from realm.model.networks.entity_types import ENTITY_LABELS, ENTITY_TYPE_IDS, load_ner, wordpiece_entity_types
+from realm.model.networks.entity_types import ENTITY_LABELS, ENTITY_TYPE_IDS, wordpiece_entity_types
+from realm.pipelines.ner import load_ner
 
 
 def test_wordpieces_inside_an_entity_carry_its_type_and_the_rest_none(tokenizer):

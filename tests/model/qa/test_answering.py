@@ -20,7 +20,7 @@ from realm.model.networks.reader import body_offsets, build_reader, reader_input
 from realm.model.networks.retriever import Embedder
 from realm.model.tokenization import join
 from realm.schemas import BLOCKS, ArtifactError, read_table, write_table
-from tests.model.corpus_fixture import CORPUS
+from tests.model.corpus_fixture import CORPUS, write_corpus
 
 CPU = torch.device("cpu")
 QUESTIONS = [
@@ -38,7 +38,7 @@ def models(tiny_config):
 @pytest.fixture
 def answerer(models, qa_corpus, tokenizer, tiny_config) -> Answerer:
     blocks_path, index_path = qa_corpus
-    blocks = BlockStore.from_parquet(blocks_path, with_text=True)
+    blocks = BlockStore.from_parquet(blocks_path, with_text=True, with_entities=True)
     query_embedder, reader = models
     retriever = DenseRetriever(query_embedder, MipsIndex.load(index_path), tokenizer, tiny_config, CPU)
     return Answerer(retriever, reader, blocks, tokenizer, tiny_config, CPU)
@@ -176,7 +176,9 @@ def test_answering_reports_each_batch_once_it_is_answered(answerer):
     assert len(predictions) == 6 and answered == [4, 2]
 
 
-def test_from_checkpoint_answers_as_the_models_it_was_saved_from(answerer, models, qa_corpus, tiny_config, tmp_path):
+def test_from_checkpoint_answers_as_the_models_it_was_saved_from(
+    answerer, models, qa_corpus, block_entities_table, tiny_config, tmp_path
+):
     blocks_path, index_path = qa_corpus
     query_embedder, reader = models
     checkpoint = save_checkpoint(tmp_path, 3, {"query_embedder": query_embedder, "reader": reader})
@@ -189,7 +191,7 @@ def test_from_checkpoint_answers_as_the_models_it_was_saved_from(answerer, model
     with pytest.raises(ValueError, match="no reader"):
         Answerer.from_checkpoint(str(not_finetuned), index_path, blocks_path, tiny_config, CPU)
     other_corpus = tmp_path / "blocks"  # the index's corpus less one block
-    write_table(str(other_corpus / "part-0.parquet"), read_table(blocks_path, BLOCKS).slice(1), BLOCKS)
+    write_corpus(str(other_corpus), read_table(blocks_path, BLOCKS).slice(1), block_entities_table)
     with pytest.raises(ArtifactError, match=f"^{index_path}: 1 of its 8 blocks .* are not in {other_corpus}"):
         Answerer.from_checkpoint(str(checkpoint), index_path, str(other_corpus), tiny_config, CPU)
     reader_only = save_checkpoint(tmp_path / "bm25-reader", 1, {"reader": reader})
@@ -207,7 +209,7 @@ def test_loaded_under_autocast_it_answers_as_autocast_over_the_saved_models_and_
     query_embedder, reader = models
     checkpoint = save_checkpoint(tmp_path, 3, {"query_embedder": query_embedder, "reader": reader})
     retriever = DenseRetriever(query_embedder, MipsIndex.load(index_path), tokenizer, config, CPU)
-    autocast = Answerer(retriever, reader, BlockStore.from_parquet(blocks_path, with_text=True), tokenizer, config, CPU)
+    autocast = Answerer(retriever, reader, BlockStore.from_parquet(blocks_path, with_text=True, with_entities=True), tokenizer, config, CPU)
     want = autocast.answer(QUESTIONS)
     loaded = Answerer.from_checkpoint(str(checkpoint), index_path, blocks_path, config, CPU).answer(QUESTIONS)
     assert [(p.answer, p.score, p.retrieved_block_ids) for p in loaded] == [

@@ -5,19 +5,18 @@ from realm.model.index.lineage import read_lineage
 from realm.model.qa.answering import Answerer
 from realm.model.qa.other_corpus import index_other_corpus
 from realm.schemas import BLOCKS, write_table
+from tests.model.corpus_fixture import write_corpus
 
 LENGTH = 64  # the block length the trained_run fixture embedded at
 QUESTION = "Which river flows through Paris?"
 
 
-def _prepared(root, table: pa.Table) -> str:
-    write_table(str(root / "blocks" / "part-0.parquet"), table, BLOCKS)
-    return str(root)
-
-
-def test_a_trained_run_answers_from_another_corpus_indexed_by_its_own_doc_tower(tmp_path, trained_run, blocks_table):
+def test_a_trained_run_answers_from_another_corpus_indexed_by_its_own_doc_tower(
+    tmp_path, trained_run, blocks_table, block_entities_table
+):
     seine = blocks_table.filter(pa.compute.equal(blocks_table["title"], "Seine"))
-    other = _prepared(tmp_path / "other", seine)
+    other = str(tmp_path / "other")
+    write_corpus(f"{other}/blocks", seine, block_entities_table)
 
     update = index_other_corpus(trained_run.root, other, "seine-only")
     assert (update.version, update.blocks, update.embedded) == (0, 1, 1)
@@ -36,9 +35,14 @@ def test_a_trained_run_answers_from_another_corpus_indexed_by_its_own_doc_tower(
     assert (again.version, again.embedded, again.reused, again.dropped) == (1, 0, 1, 0)
 
 
-def test_what_cannot_be_indexed_is_named(tmp_path, trained_run):
+def test_what_cannot_be_indexed_is_named(tmp_path, trained_run, blocks_table):
     with pytest.raises(FileNotFoundError, match="not a prepared corpus"):
         index_other_corpus(trained_run.root, tmp_path / "nowhere", "x")
+    untagged = tmp_path / "untagged"  # prepared before entity tagging was a stage
+    write_table(str(untagged / "blocks" / "part-0.parquet"), blocks_table, BLOCKS)
+    with pytest.raises(FileNotFoundError, match=f"no block_entities/ .* --blocks {untagged}/blocks --output {untagged}$"):
+        index_other_corpus(trained_run.root, untagged, "untagged")
+    assert not (trained_run.root / "corpora" / "untagged" / "blocks").exists()
     with pytest.raises(ValueError, match="must be letters, digits"):
         index_other_corpus(trained_run.root, trained_run.root, "../escape")
     with pytest.raises(FileNotFoundError, match="no corpus 'missing' indexed for this run"):

@@ -88,7 +88,7 @@ def test_loss_is_early_update_plus_the_joint_reader_loss_computed_by_brute_force
     p(z|x); reader term −log of the gold spans' share of one softmax over every (block, span),
     each scored f(x,z) + its span score; f from the query tower and the stored vectors."""
     blocks_path, index_path = qa_corpus
-    blocks, index = BlockStore.from_parquet(blocks_path, with_text=True), MipsIndex.load(index_path)
+    blocks, index = BlockStore.from_parquet(blocks_path, with_text=True, with_entities=True), MipsIndex.load(index_path)
     query_embedder, reader = build_component(Embedder, tiny_config).eval(), build_reader(tiny_config).eval()
     example = EXAMPLES[0]
     retriever = DenseRetriever(query_embedder, index, tokenizer, tiny_config, CPU)
@@ -134,7 +134,7 @@ def test_read_slots_are_the_best_scored_with_a_gold_block_swapped_in_when_none_i
 
 def test_gradients_reach_only_the_trained_towers_and_a_swapped_in_gold_block_is_counted(qa_corpus, tokenizer, tiny_config):
     blocks_path, index_path = qa_corpus
-    blocks, index = BlockStore.from_parquet(blocks_path, with_text=True), MipsIndex.load(index_path)
+    blocks, index = BlockStore.from_parquet(blocks_path, with_text=True, with_entities=True), MipsIndex.load(index_path)
     # The tower in eval mode: the ranking checked below is scored again after the loss's, and
     # dropout would draw another one (gradients reach it all the same).
     query_embedder, reader = build_component(Embedder, tiny_config).eval(), build_reader(tiny_config)
