@@ -94,8 +94,13 @@ def _listing(matches: list) -> dict[str, dict]:
 
 
 def _write_manifest(directory: str, files: dict[str, dict]) -> None:
-    with FileSystems.create(FileSystems.join(directory, MANIFEST_FILE)) as handle:
+    # Written aside and renamed over the old one: rewritten in place, a crash would leave half a
+    # manifest, and a run copied with hard links (as the tests copy one) would see its copy's change.
+    path = FileSystems.join(directory, MANIFEST_FILE)
+    aside = f"{path}.tmp-{os.getpid()}"
+    with FileSystems.create(aside) as handle:
         handle.write(json.dumps({"files": dict(sorted(files.items()))}, indent=2).encode("utf-8"))
+    FileSystems.rename([aside], [path])
 
 
 def _files(directory: str, pattern: str = "*") -> list:

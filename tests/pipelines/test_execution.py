@@ -2,6 +2,8 @@
 that fails leaves the previous output byte for byte; one that succeeds replaces the stage's
 artifact and its own dead letters, and leaves other stages' dead letters where they were."""
 
+import os
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -76,3 +78,14 @@ def test_a_stage_that_succeeds_replaces_its_artifact_and_its_own_dead_letters_on
     assert listed and all(name.startswith("chunk-") for name in listed)  # the new shards; not the unlisted read one
     assert sorted(p.name for p in chunked.iterdir()) == ["blocks", "dead_letter", "summary"]
     assert (chunked / "blocks" / MANIFEST_FILE).is_file()
+
+
+def test_a_stage_rewrites_the_dead_letter_manifest_aside_never_through_a_hard_linked_copy(chunked, tmp_path):
+    manifest = chunked / "dead_letter" / MANIFEST_FILE
+    linked = tmp_path / "copy-of-the-run-manifest.json"  # a run copied with hard links shares the file
+    os.link(manifest, linked)
+    before = linked.read_bytes()
+    run_chunk(documents(tmp_path / "second", [("d:3", "Vostok 1", "Gagarin orbited the Earth.")]), chunked)
+    assert linked.read_bytes() == before and manifest.read_bytes() != before
+    verify_step(chunked / "dead_letter")
+    assert not list((chunked / "dead_letter").glob("*.tmp-*"))
