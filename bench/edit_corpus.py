@@ -104,7 +104,7 @@ def entities_of(blocks: pa.Table, tagged: pa.Table) -> pa.Table:
     """BLOCK_ENTITIES rows of `blocks`: those `tagged` already holds, and spaCy's for the rest."""
     kept = tagged.filter(pc.is_in(tagged["block_id"], blocks["block_id"]))
     new = blocks.filter(pc.invert(pc.is_in(blocks["block_id"], kept["block_id"])))
-    rows = list(tag_blocks(load_ner(), new.select(["block_id", "text"]).to_pylist()))
+    rows = list(tag_blocks(load_ner(), new.select(["block_id", "text"]).to_pylist())) if new.num_rows else []
     return pa.concat_tables([kept, pa.Table.from_pylist(rows, schema=BLOCK_ENTITIES)])
 
 

@@ -7,9 +7,10 @@
 Writes `documents/`, `blocks/`, `block_entities/`, `pretrain_examples/` (with
 `forbidden_block_ids`), `ict_examples/` and `dead_letter/` (always, even when empty) under
 `--output`, showing each stage's counts so far on stderr while it runs
-(`realm.pipelines.progress`), then prints the per-stage counts. Without `--knowledge_blocks`, the knowledge corpus Z is the blocks built
-here (X = Z, as in Wikipedia pre-training); with it, e.g. CC-News examples are filtered
-against a Wikipedia corpus built by an earlier run (X != Z).
+(`realm.pipelines.progress`), then prints the per-stage counts. Without `--knowledge_blocks`,
+the knowledge corpus Z is the blocks built here (X = Z, as in Wikipedia pre-training); with
+it, e.g. CC-News examples are filtered against a Wikipedia corpus built by an earlier run
+(X != Z).
 
 Nothing of a prepared run is lost to a failed prepare: the inputs are checked first (an
 `--input` or `--knowledge_blocks` that names no file stops it with one line naming it), the

@@ -93,7 +93,7 @@ class BlockStore:
         self._bodies = _Lists(blocks["body_token_ids"])
         has_text = set(BLOCK_TEXT_COLUMNS) <= set(blocks.column_names)
         self._text_columns = {name: blocks[name] for name in BLOCK_TEXT_COLUMNS} if has_text else None
-        self._entities = None if entities is None else _entities_in_id_order(entities, self._sorted_ids, entities_path)
+        self._entities = None if entities is None else entities_in_id_order(entities, self._sorted_ids, entities_path)
 
     @classmethod
     def from_parquet(cls, blocks_path: str, with_text: bool = False, with_entities: bool = False) -> BlockStore:
@@ -104,13 +104,7 @@ class BlockStore:
         blocks = pa.Table.from_batches(list(iter_block_batches(blocks_path, columns=columns)))
         if not with_entities:
             return cls(blocks)
-        entities_path = entities_beside(blocks_path)
-        if not Path(entities_path).exists():
-            raise FileNotFoundError(
-                f"{entities_path}: no block entities beside {blocks_path} (a corpus prepared before entity tagging was "
-                f"a stage); tag them: python -m realm.pipelines.entities --blocks {blocks_path} "
-                f"--output {Path(blocks_path).parent}"
-            )
+        entities_path = tagged_entities(blocks_path)
         return cls(blocks, read_table(entities_path, BLOCK_ENTITIES), entities_path)
 
     def __len__(self) -> int:
@@ -120,10 +114,14 @@ class BlockStore:
         position = int(np.searchsorted(self._sorted_ids, block_id))
         return position < len(self._sorted_ids) and self._sorted_ids[position] == block_id
 
-    def _row(self, block_id: int) -> int:
+    def _position(self, block_id: int) -> int:
+        """The block's place in block_id order; a KeyError when the corpus does not hold it."""
         if block_id not in self:
             raise KeyError(f"block {block_id} is not in the corpus")
-        return int(self._order[int(np.searchsorted(self._sorted_ids, block_id))])
+        return int(np.searchsorted(self._sorted_ids, block_id))
+
+    def _row(self, block_id: int) -> int:
+        return int(self._order[self._position(block_id)])
 
     def title_ids(self, block_id: int) -> list[int]:
         return self._titles.row(self._row(block_id))
@@ -145,8 +143,7 @@ class BlockStore:
         """(start, end, label) of each named entity in the block's `text`, char offsets."""
         if self._entities is None:
             raise ValueError("this BlockStore holds no entities; load it with from_parquet(..., with_entities=True)")
-        self._row(block_id)  # a KeyError naming a block the corpus does not hold
-        row = self._entities[int(np.searchsorted(self._sorted_ids, block_id))].as_py()
+        row = self._entities[self._position(block_id)].as_py()  # rows in block_id order
         return [(entity["start"], entity["end"], entity["label"]) for entity in row]
 
     def _text_value(self, column: str, block_id: int) -> str | list[int]:
@@ -155,7 +152,20 @@ class BlockStore:
         return self._text_columns[column][self._row(block_id)].as_py()
 
 
-def _entities_in_id_order(entities: pa.Table, sorted_ids: np.ndarray, path: str) -> pa.ChunkedArray:
+def tagged_entities(blocks_path: str | Path) -> str:
+    """The `block_entities/` artifact beside `blocks_path`; a FileNotFoundError naming the command
+    that tags it when it is not there (a corpus prepared before entity tagging was a stage)."""
+    entities_path = entities_beside(blocks_path)
+    if not Path(entities_path).exists():
+        raise FileNotFoundError(
+            f"{entities_path}: no block entities beside {blocks_path} (a corpus prepared before entity tagging was "
+            f"a stage); tag them: python -m realm.pipelines.entities --blocks {blocks_path} "
+            f"--output {Path(blocks_path).parent}"
+        )
+    return entities_path
+
+
+def entities_in_id_order(entities: pa.Table, sorted_ids: np.ndarray, path: str) -> pa.ChunkedArray:
     """The `entities` column of a BLOCK_ENTITIES table, one row per block in block_id order;
     an ArtifactError naming `path` and a block when it tags other blocks than the store holds."""
     entities = entities.sort_by("block_id")

@@ -2,7 +2,8 @@
 
 Any `realm prepare` output (or its `blocks/`) is copied into the run as
 `corpora/<name>/blocks/` and `corpora/<name>/block_entities/` (read and written through their
-schemas, so a file that breaks the contract is refused naming it) and indexed by the doc tower that built the index the run
+schemas, so a file that breaks the contract is refused naming it, and the entities checked to
+tag exactly those blocks) and indexed by the doc tower that built the index the run
 fine-tuned against, at the same block length: the query tower and reader were trained on
 exactly those vectors. Indexing the same name again after the corpus changed re-embeds only
 the blocks whose content changed (`realm.model.index.corpus_index`).
@@ -14,15 +15,18 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import torch
 
+from realm.model.index.block_store import entities_in_id_order, tagged_entities
 from realm.model.index.corpus_index import CorpusIndexUpdate, index_corpus
 from realm.model.index.lineage import WEIGHTS_FILE, read_lineage
 from realm.model.publish import read_manifest, replace_dir
 from realm.model.networks.config import ModelConfig
 from realm.model.qa.trained_run import TrainedRun
 from realm.schemas import BLOCK_ENTITIES, BLOCKS, read_table, write_table
-from realm.schemas.run_layout import RunLayout, entities_beside
+from realm.schemas.run_layout import RunLayout
 
 
 def trained_doc_tower(index_path: str | os.PathLike) -> tuple[Path, int, int | None]:
@@ -66,15 +70,12 @@ def index_other_corpus(
     source = source / "blocks" if (source / "blocks").is_dir() else source
     if not source.is_dir():
         raise FileNotFoundError(f"{corpus}: not a prepared corpus (no blocks/ directory)")
-    entities = Path(entities_beside(source))
-    if not entities.is_dir():
-        raise FileNotFoundError(
-            f"{corpus}: no block_entities/ beside its blocks (prepared before entity tagging was a stage); tag them: "
-            f"python -m realm.pipelines.entities --blocks {source} --output {source.parent}"
-        )
+    entities = tagged_entities(source)
     other = RunLayout.at(run_root).corpus(name)
-    staged_blocks = _stage(source, Path(other.blocks), BLOCKS)
-    staged_entities = _stage(entities, Path(other.block_entities), BLOCK_ENTITIES)
+    blocks, tagged = read_table(str(source), BLOCKS), read_table(entities, BLOCK_ENTITIES)
+    entities_in_id_order(tagged, np.sort(blocks["block_id"].to_numpy()), entities)
+    staged_blocks = _stage(blocks, Path(other.blocks), BLOCKS)
+    staged_entities = _stage(tagged, Path(other.block_entities), BLOCK_ENTITIES)
     update = index_corpus(
         str(staged_blocks), str(snapshot), step, other.embeddings, other.index, ModelConfig.preset(trained.model_preset),
         length, device, corpus_name=name, source=str(source.resolve()),
@@ -86,10 +87,9 @@ def index_other_corpus(
     return update
 
 
-def _stage(source: Path, target: Path, schema) -> Path:
-    """The artifact `source`, validated against `schema`, written beside `target` under a hidden name."""
+def _stage(table: pa.Table, target: Path, schema: pa.Schema) -> Path:
+    """`table` written through `schema` beside `target` under a hidden name."""
     staged = target.with_name(f".{target.name}-staging-{os.getpid()}")
     shutil.rmtree(staged, ignore_errors=True)
-    write_table(str(staged / "part-00000.parquet"), read_table(str(source), schema), schema)
+    write_table(str(staged / "part-00000.parquet"), table, schema)
     return staged
-

@@ -4,7 +4,7 @@ import pytest
 from realm.model.index.lineage import read_lineage
 from realm.model.qa.answering import Answerer
 from realm.model.qa.other_corpus import index_other_corpus
-from realm.schemas import BLOCKS, write_table
+from realm.schemas import BLOCK_ENTITIES, BLOCKS, ArtifactError, write_table
 from tests.model.corpus_fixture import write_corpus
 
 LENGTH = 64  # the block length the trained_run fixture embedded at
@@ -35,14 +35,20 @@ def test_a_trained_run_answers_from_another_corpus_indexed_by_its_own_doc_tower(
     assert (again.version, again.embedded, again.reused, again.dropped) == (1, 0, 1, 0)
 
 
-def test_what_cannot_be_indexed_is_named(tmp_path, trained_run, blocks_table):
+def test_what_cannot_be_indexed_is_named(tmp_path, trained_run, blocks_table, block_entities_table):
     with pytest.raises(FileNotFoundError, match="not a prepared corpus"):
         index_other_corpus(trained_run.root, tmp_path / "nowhere", "x")
     untagged = tmp_path / "untagged"  # prepared before entity tagging was a stage
     write_table(str(untagged / "blocks" / "part-0.parquet"), blocks_table, BLOCKS)
-    with pytest.raises(FileNotFoundError, match=f"no block_entities/ .* --blocks {untagged}/blocks --output {untagged}$"):
+    with pytest.raises(FileNotFoundError, match=f"no block entities .* --blocks {untagged}/blocks --output {untagged}$"):
         index_other_corpus(trained_run.root, untagged, "untagged")
     assert not (trained_run.root / "corpora" / "untagged" / "blocks").exists()
+    mistagged = tmp_path / "mistagged"  # its entities tag a block it does not hold
+    write_table(str(mistagged / "blocks" / "part-0.parquet"), blocks_table.slice(1), BLOCKS)
+    write_table(str(mistagged / "block_entities" / "part-0.parquet"), block_entities_table, BLOCK_ENTITIES)
+    with pytest.raises(ArtifactError, match=f"^{mistagged}/block_entities: block .* is not in the blocks"):
+        index_other_corpus(trained_run.root, mistagged, "mistagged")
+    assert not (trained_run.root / "corpora" / "mistagged").exists()
     with pytest.raises(ValueError, match="must be letters, digits"):
         index_other_corpus(trained_run.root, trained_run.root, "../escape")
     with pytest.raises(FileNotFoundError, match="no corpus 'missing' indexed for this run"):
