@@ -12,7 +12,6 @@ Answering shows its progress on stderr (`realm.model.progress`).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
@@ -22,48 +21,6 @@ from prefect.cache_policies import NO_CACHE
 from realm.flows.demo import evaluation_qa_paths
 from realm.schemas.run_layout import RunLayout
 from realm.flows.params import EvaluateParams, RunParams
-
-RECALL_AT = (1, 5, 20)
-
-
-def score_predictions(examples, predictions, num_read: int) -> tuple[dict[str, dict], dict[str, list[dict]]]:
-    """Per-dataset metrics and PREDICTIONS rows for `predictions` of `examples` (same order);
-    the reader read each question's top `num_read` blocks. `reader_accuracy` is None for a
-    dataset where no question has an answer in them."""
-    from realm.model.qa.answer_metrics import exact_match
-    from realm.model.qa.answering import answer_rank
-
-    rows: dict[str, list[dict]] = defaultdict(list)
-    hits: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
-    for example, prediction in zip(examples, predictions, strict=True):
-        em = exact_match(prediction.answer, example.answers, example.answer_type)
-        rank = answer_rank(prediction.evidence, example.answers, example.answer_type)
-        hits[example.dataset]["em"].append(em)
-        if rank is not None and rank < num_read:
-            hits[example.dataset]["reader_accuracy"].append(em)
-        for k in RECALL_AT:
-            hits[example.dataset][f"recall_at_{k}"].append(rank is not None and rank < k)
-        rows[example.dataset].append(
-            {
-                "dataset": example.dataset,
-                "question": example.question,
-                "answers": list(example.answers),
-                "prediction": prediction.answer,
-                "score": float(prediction.score),
-                "block_ids": [e.block_id for e in prediction.evidence],
-                "block_probs": [float(e.probability) for e in prediction.evidence],
-                "exact_match": em,
-                "answer_rank": rank,
-                "num_read": num_read,
-            }
-        )
-    metrics = {
-        dataset: {"reader_accuracy": None}
-        | {name: sum(values) / len(values) for name, values in by_metric.items()}
-        | {"n": len(by_metric["em"]), "n_answer_read": len(by_metric["reader_accuracy"])}
-        for dataset, by_metric in hits.items()
-    }
-    return metrics, rows
 
 
 @task(name="realm-evaluate-qa", cache_policy=NO_CACHE)
@@ -76,6 +33,7 @@ def evaluate_qa(
     from realm.model.networks.device import select_device
     from realm.model.progress import ProgressBar
     from realm.model.qa.qa_data import read_qa_file
+    from realm.model.qa.scoring import RECALL_AT, score_predictions
     from realm.model.publish import record_files
     from realm.schemas import PREDICTIONS, write_table
 

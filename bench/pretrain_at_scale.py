@@ -1,0 +1,204 @@
+"""REALM pre-training at a GPU's scale, then REALM against ORQA fine-tuned alike: does it pay?
+
+Target 3 of the quality issue asks whether retrieval helps the masked LM (held-out masked-span
+accuracy with retrieval against the null document alone) and whether fine-tuning from REALM's
+pre-trained encoder and query tower beats fine-tuning from their start (ORQA). On the 2-core
+CPU pre-training gets ~1,000 steps of batch 8 (README); this script spends a wall-clock budget
+on a CUDA machine instead, with the `gpu` run preset's lengths (queries 96, blocks 288
+wordpieces) and batch, the retriever frozen for the first half as the stage's default:
+
+1. a short probe of the step's cost sizes the step count to `--pretrain_seconds`;
+2. pre-training from the run's retriever start (`checkpoints/ict/<newest>/`) and the BERT warm
+   start, then masked-span accuracy on `--heldout` held-out examples;
+3. for each seed, fine-tuning (the main job's recipe) from the pre-trained checkpoint (`realm`)
+   and from the retriever start with a fresh reader (`orqa`), each evaluated on the evaluation
+   sets with the paired test between the two.
+
+It drives the trainers directly, without Prefect (a rented GPU machine need not have it), on a
+prepared run root (`realm prepare` and the ICT stage: blocks/, block_entities/,
+pretrain_examples/, checkpoints/ict/). Everything it measures lands in `<output>/results.json`,
+written after each step so a run cut short keeps what it finished.
+
+    python bench/pretrain_at_scale.py --run runs/demo --output runs/scale --pretrain_seconds 240 \
+        --qa ../shared/data/qa/nq.dev.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+from realm.flows.demo import evaluation_qa_paths, training_qa_paths
+from realm.model.networks.checkpoint import latest_checkpoint
+from realm.model.networks.config import ModelConfig
+from realm.model.networks.device import select_device
+from realm.model.qa.answer_metrics import exact_match
+from realm.model.qa.answering import Answerer
+from realm.model.qa.paired_stats import mcnemar_exact_p_value
+from realm.model.qa.qa_data import read_qa_file
+from realm.model.qa.scoring import RECALL_AT, score_predictions
+from realm.model.training.pretrain_index import IndexRoots, attach_index
+from realm.model.training.stage_settings import FinetuneConfig, PretrainConfig
+from realm.model.training.train_finetune import FinetuneTrainer
+from realm.model.training.train_pretrain import HELD_OUT, PretrainHooks, PretrainTrainer
+from realm.schemas.run_layout import RunLayout
+
+# The `gpu` run preset's pre-training shape (realm.flows.params).
+GPU_LENGTHS = {"max_query_wordpieces": 96, "max_block_wordpieces": 288}
+PROBE_STEPS = 30
+SYSTEMS = ("realm", "orqa")
+# Steps after the retriever unfreezes also back-propagate through the query tower.
+UNFROZEN_STEP_COST = 1.15
+
+
+class Results:
+    """`<output>/results.json`, rewritten whole after each measurement."""
+
+    def __init__(self, path: Path):
+        self.path, self.data = path, {}
+
+    def put(self, key: str, value) -> None:
+        self.data[key] = value
+        self.path.write_text(json.dumps(self.data, indent=1, default=float))
+        print(f"[{time.strftime('%H:%M:%S')}] {key}: {json.dumps(value, default=float)[:600]}", flush=True)
+
+
+def pretrain_config(steps: int, batch_size: int, heldout: int) -> PretrainConfig:
+    return PretrainConfig(
+        steps=steps, batch_size=batch_size, warmup_steps=max(1, steps // 10), checkpoint_every=max(1, steps),
+        log_every=50, heldout_examples=heldout, retriever_frozen_steps=steps // 2, keep_checkpoints=1, **GPU_LENGTHS,
+    )
+
+
+def no_refresh(snapshot_dir: str, snapshot_step: int):
+    raise AssertionError("cached doc embeddings: the doc tower is frozen and no index is refreshed")
+
+
+def pretrain_trainer(layout: RunLayout, root: Path, steps: int, args, device, model_config) -> PretrainTrainer:
+    """A pre-training run under `root` from the run's retriever start."""
+    return PretrainTrainer(
+        layout.blocks, layout.pretrain_examples, str(root / "checkpoints"), model_config,
+        pretrain_config(steps, args.batch_size, args.heldout), init_retriever=str(latest_checkpoint(layout.checkpoints("ict"))),
+        device=device, seed=args.seed,
+    )
+
+
+def index_roots(root: Path) -> IndexRoots:
+    return IndexRoots(str(root / "index"), str(root / "embeddings"), str(root / "snapshots"))
+
+
+def run_pretraining(trainer: PretrainTrainer, root: Path, progress) -> tuple[str, str, dict]:
+    """Run `trainer` to its last step; returns (checkpoint, index, held-out evaluation)."""
+    evaluations: dict[str, dict] = {}
+    result = trainer.run(PretrainHooks(progress, lambda step, which, e: evaluations.update({which: e}), no_refresh),
+                         index_roots(root))
+    return result.checkpoint, result.index, evaluations[HELD_OUT]
+
+
+def pretrain(layout: RunLayout, out: Path, args, device, model_config, results: Results) -> tuple[str, str]:
+    """Probe, size and run pre-training; returns (checkpoint, index) paths."""
+    started = time.perf_counter()
+    probe = pretrain_trainer(layout, out / "probe", PROBE_STEPS, args, device, model_config)
+    attach_index(probe, index_roots(out / "probe"))
+    setup_s = time.perf_counter() - started
+    step_times = []
+    for _ in range(PROBE_STEPS):
+        t = time.perf_counter()
+        probe.train_step()
+        step_times.append(time.perf_counter() - t)
+    warm = sorted(step_times[PROBE_STEPS // 3:])  # the first steps pay CUDA's warm-up
+    step_s = warm[len(warm) // 2]
+    steps = min(args.max_steps, int(args.pretrain_seconds / (step_s * (1 + UNFROZEN_STEP_COST) / 2)))
+    results.put("pretrain_probe", {"median_step_s": step_s, "setup_s": setup_s, "steps": steps})
+    del probe
+
+    log: list[dict] = []
+
+    def progress(metrics: dict) -> None:
+        log.append(metrics)
+        if len(log) % 10 == 0:
+            print(json.dumps({k: metrics[k] for k in ("step", "loss", "mlm_accuracy", "retrieval_entropy",
+                                                          "null_document_probability", "span_in_candidates")}), flush=True)
+
+    start = time.perf_counter()
+    trainer = pretrain_trainer(layout, out / "pretrain", steps, args, device, model_config)
+    checkpoint, index, heldout = run_pretraining(trainer, out / "pretrain", progress)
+    results.put("pretrain", {
+        "steps": trainer.step, "batch_size": args.batch_size, "seconds": time.perf_counter() - start,
+        "config": pretrain_config(steps, args.batch_size, args.heldout).model_dump(), "heldout": heldout, "log": log,
+    })
+    return checkpoint, index
+
+
+def start_index(layout: RunLayout, out: Path, args, device, model_config, results: Results) -> str:
+    """The index of the retriever start's doc tower (what pre-training's cached doc vectors
+    are: the doc tower never trains), from a pre-training run of 0 steps, and the untrained
+    encoder's held-out masked-span accuracy beside it."""
+    trainer = pretrain_trainer(layout, out / "start", 0, args, device, model_config)
+    _, index, heldout = run_pretraining(trainer, out / "start", lambda metrics: None)
+    results.put("start", {"heldout": heldout})
+    return index
+
+
+def finetune_and_evaluate(name: str, init: str, index: str, seed: int, epochs: float, layout: RunLayout, out: Path, device,
+                          model_config, questions, results: Results) -> list[bool]:
+    start = time.perf_counter()
+    examples = [example for path in training_qa_paths() for example in read_qa_file(path)]
+    trainer = FinetuneTrainer(examples, layout.blocks, index, init, str(out / f"{name}-{seed}"), model_config,
+                              FinetuneConfig(epochs=epochs), device=device, seed=seed)
+    trained = trainer.run()
+    answerer = Answerer.from_checkpoint(trained["checkpoint"], index, layout.blocks, model_config, device=device)
+    predictions = answerer.answer([e.question for e in questions], num_read=5, num_retrieve=max(RECALL_AT))
+    metrics, _ = score_predictions(questions, predictions, num_read=5)
+    results.put(f"{name}-{seed}", {"finetune": trained, "metrics": metrics, "seconds": time.perf_counter() - start,
+                                   "answers": [p.answer for p in predictions]})
+    return [exact_match(p.answer, e.answers, e.answer_type) for p, e in zip(predictions, questions, strict=True)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", required=True, help="a prepared run root with its ICT (retriever start) checkpoint")
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--pretrain_seconds", type=float, default=240.0)
+    parser.add_argument("--max_steps", type=int, default=3000, help="the `gpu` preset's pre-training steps")
+    parser.add_argument("--batch_size", type=int, default=32, help="the `gpu` preset's pre-training batch")
+    parser.add_argument("--heldout", type=int, default=4096, help="held-out examples (target 3: at least 4,096)")
+    parser.add_argument("--finetune_epochs", type=float, default=FinetuneConfig().epochs)
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0], help="fine-tuning seeds (none: pre-train only)")
+    parser.add_argument("--seed", type=int, default=0, help="pre-training seed")
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS),
+                        help="orqa alone needs no pre-training (two such processes on one H200 ran out of its memory)")
+    parser.add_argument("--results", help="where the measurements go (default: <output>/results.json)")
+    parser.add_argument("--qa", nargs="*", default=[], help="evaluation files beside the shipped demo set and held-out tenths")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    results = Results(Path(args.results) if args.results else out / "results.json")
+    device, model_config = select_device(), ModelConfig.preset("default")
+    layout = RunLayout.at(args.run)
+    results.put("device", str(device))
+    if "realm" in args.systems:
+        checkpoint, index = pretrain(layout, out, args, device, model_config, results)
+    else:
+        index = start_index(layout, out, args, device, model_config, results)
+    questions = [e for path in [*evaluation_qa_paths(), *args.qa] for e in read_qa_file(path)]
+    inits = {"realm": checkpoint if "realm" in args.systems else None,
+             "orqa": str(latest_checkpoint(layout.checkpoints("ict")))}
+    for seed in args.seeds:
+        right = {name: finetune_and_evaluate(name, inits[name], index, seed, args.finetune_epochs, layout, out, device,
+                                             model_config, questions, results)
+                 for name in args.systems}
+        if len(right) == 2:
+            only_realm = sum(r and not o for r, o in zip(right["realm"], right["orqa"]))
+            only_orqa = sum(o and not r for r, o in zip(right["realm"], right["orqa"]))
+            results.put(f"paired-{seed}", {"right_only_realm": only_realm, "right_only_orqa": only_orqa,
+                                           "p": mcnemar_exact_p_value(only_realm, only_orqa)})
+
+
+if __name__ == "__main__":
+    main()
