@@ -170,7 +170,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="*", default=[0], help="fine-tuning seeds (none: pre-train only)")
     parser.add_argument("--seed", type=int, default=0, help="pre-training seed")
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS),
-                        help="orqa alone needs no pre-training (two such processes on one H200 ran out of its memory)")
+                        help="orqa alone needs no pre-training")
     parser.add_argument("--results", help="where the measurements go (default: <output>/results.json)")
     parser.add_argument("--qa", nargs="*", default=[], help="evaluation files beside the shipped demo set and held-out tenths")
     args = parser.parse_args()

@@ -14,10 +14,10 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-import bm25s
 import numpy as np
 import Stemmer
 
+from realm.model.index.bm25s_on_cpu import bm25s
 from realm.model.index.mips import IndexIntegrityError
 from realm.model.networks.question_match import LANGUAGE
 from realm.model.publish import MANIFEST_FILE, publish, read_manifest, staging_dir, verify_step

@@ -17,8 +17,8 @@ import functools
 from collections.abc import Sequence
 
 import Stemmer
-from bm25s.stopwords import STOPWORDS_EN
 
+from realm.model.index.bm25s_on_cpu import STOPWORDS_EN
 from realm.model.tokenization import WordPieceTokenizer
 
 CONTINUATION = "##"
