@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import Stemmer
 
-from realm.model.index.bm25s_on_cpu import bm25s
 from realm.model.index.mips import IndexIntegrityError
+from realm.model.networks.bm25s_on_cpu import bm25s
 from realm.model.networks.question_match import LANGUAGE
 from realm.model.publish import MANIFEST_FILE, publish, read_manifest, staging_dir, verify_step
 from realm.schemas import BLOCKS, read_table

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import Stemmer
 
-from realm.model.index.bm25s_on_cpu import STOPWORDS_EN
+from realm.model.networks.bm25s_on_cpu import STOPWORDS_EN
 from realm.model.tokenization import WordPieceTokenizer
 
 CONTINUATION = "##"

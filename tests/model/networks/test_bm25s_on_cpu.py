@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-# The modules that need bm25s (each imports it through realm.model.index.bm25s_on_cpu).
+# The modules that need bm25s (each imports it through realm.model.networks.bm25s_on_cpu).
 IMPORTERS = ["realm.model.networks.question_match", "realm.model.index.bm25"]
 
 
