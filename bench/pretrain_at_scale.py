@@ -35,7 +35,6 @@ from realm.flows.demo import evaluation_qa_paths, training_qa_paths
 from realm.model.networks.checkpoint import latest_checkpoint
 from realm.model.networks.config import ModelConfig
 from realm.model.networks.device import select_device
-from realm.model.qa.answer_metrics import exact_match
 from realm.model.qa.answering import Answerer
 from realm.model.qa.paired_stats import mcnemar_exact_p_value
 from realm.model.qa.qa_data import read_qa_file
@@ -77,12 +76,11 @@ def no_refresh(snapshot_dir: str, snapshot_step: int):
     raise AssertionError("cached doc embeddings: the doc tower is frozen and no index is refreshed")
 
 
-def pretrain_trainer(layout: RunLayout, root: Path, steps: int, args, device, model_config) -> PretrainTrainer:
-    """A pre-training run under `root` from the run's retriever start."""
+def pretrain_trainer(layout: RunLayout, start: str, root: Path, steps: int, args, device, model_config) -> PretrainTrainer:
+    """A pre-training run under `root` from the retriever start `start`."""
     return PretrainTrainer(
         layout.blocks, layout.pretrain_examples, str(root / "checkpoints"), model_config,
-        pretrain_config(steps, args.batch_size, args.heldout), init_retriever=str(latest_checkpoint(layout.checkpoints("ict"))),
-        device=device, seed=args.seed,
+        pretrain_config(steps, args.batch_size, args.heldout), init_retriever=start, device=device, seed=args.seed,
     )
 
 
@@ -98,10 +96,10 @@ def run_pretraining(trainer: PretrainTrainer, root: Path, progress) -> tuple[str
     return result.checkpoint, result.index, evaluations[HELD_OUT]
 
 
-def pretrain(layout: RunLayout, out: Path, args, device, model_config, results: Results) -> tuple[str, str]:
+def pretrain(layout: RunLayout, start: str, out: Path, args, device, model_config, results: Results) -> tuple[str, str]:
     """Probe, size and run pre-training; returns (checkpoint, index) paths."""
     started = time.perf_counter()
-    probe = pretrain_trainer(layout, out / "probe", PROBE_STEPS, args, device, model_config)
+    probe = pretrain_trainer(layout, start, out / "probe", PROBE_STEPS, args, device, model_config)
     attach_index(probe, index_roots(out / "probe"))
     setup_s = time.perf_counter() - started
     step_times = []
@@ -123,39 +121,40 @@ def pretrain(layout: RunLayout, out: Path, args, device, model_config, results: 
             print(json.dumps({k: metrics[k] for k in ("step", "loss", "mlm_accuracy", "retrieval_entropy",
                                                           "null_document_probability", "span_in_candidates")}), flush=True)
 
-    start = time.perf_counter()
-    trainer = pretrain_trainer(layout, out / "pretrain", steps, args, device, model_config)
+    began = time.perf_counter()
+    trainer = pretrain_trainer(layout, start, out / "pretrain", steps, args, device, model_config)
     checkpoint, index, heldout = run_pretraining(trainer, out / "pretrain", progress)
     results.put("pretrain", {
-        "steps": trainer.step, "batch_size": args.batch_size, "seconds": time.perf_counter() - start,
-        "config": pretrain_config(steps, args.batch_size, args.heldout).model_dump(), "heldout": heldout, "log": log,
+        "steps": trainer.step, "batch_size": args.batch_size, "seconds": time.perf_counter() - began,
+        "config": trainer.config.model_dump(), "heldout": heldout, "log": log,
     })
     return checkpoint, index
 
 
-def start_index(layout: RunLayout, out: Path, args, device, model_config, results: Results) -> str:
+def start_index(layout: RunLayout, start: str, out: Path, args, device, model_config, results: Results) -> str:
     """The index of the retriever start's doc tower (what pre-training's cached doc vectors
     are: the doc tower never trains), from a pre-training run of 0 steps, and the untrained
     encoder's held-out masked-span accuracy beside it."""
-    trainer = pretrain_trainer(layout, out / "start", 0, args, device, model_config)
+    trainer = pretrain_trainer(layout, start, out / "start", 0, args, device, model_config)
     _, index, heldout = run_pretraining(trainer, out / "start", lambda metrics: None)
     results.put("start", {"heldout": heldout})
     return index
 
 
 def finetune_and_evaluate(name: str, init: str, index: str, seed: int, epochs: float, layout: RunLayout, out: Path, device,
-                          model_config, questions, results: Results) -> list[bool]:
+                          model_config, training, questions, results: Results) -> list[bool]:
+    """Fine-tune from `init` on the `training` questions, answer `questions`; returns whether
+    each answer is right, in the order of `score_predictions`' rows (the same for every system)."""
     start = time.perf_counter()
-    examples = [example for path in training_qa_paths() for example in read_qa_file(path)]
-    trainer = FinetuneTrainer(examples, layout.blocks, index, init, str(out / f"{name}-{seed}"), model_config,
+    trainer = FinetuneTrainer(training, layout.blocks, index, init, str(out / f"{name}-{seed}"), model_config,
                               FinetuneConfig(epochs=epochs), device=device, seed=seed)
     trained = trainer.run()
     answerer = Answerer.from_checkpoint(trained["checkpoint"], index, layout.blocks, model_config, device=device)
     predictions = answerer.answer([e.question for e in questions], num_read=5, num_retrieve=max(RECALL_AT))
-    metrics, _ = score_predictions(questions, predictions, num_read=5)
+    metrics, rows = score_predictions(questions, predictions, num_read=5)
     results.put(f"{name}-{seed}", {"finetune": trained, "metrics": metrics, "seconds": time.perf_counter() - start,
                                    "answers": [p.answer for p in predictions]})
-    return [exact_match(p.answer, e.answers, e.answer_type) for p, e in zip(predictions, questions, strict=True)]
+    return [row["exact_match"] for dataset_rows in rows.values() for row in dataset_rows]
 
 
 def main() -> None:
@@ -182,16 +181,17 @@ def main() -> None:
     device, model_config = select_device(), ModelConfig.preset("default")
     layout = RunLayout.at(args.run)
     results.put("device", str(device))
+    start = str(latest_checkpoint(layout.checkpoints("ict")))
     if "realm" in args.systems:
-        checkpoint, index = pretrain(layout, out, args, device, model_config, results)
+        checkpoint, index = pretrain(layout, start, out, args, device, model_config, results)
     else:
-        index = start_index(layout, out, args, device, model_config, results)
+        index = start_index(layout, start, out, args, device, model_config, results)
+    training = [e for path in training_qa_paths() for e in read_qa_file(path)]
     questions = [e for path in [*evaluation_qa_paths(), *args.qa] for e in read_qa_file(path)]
-    inits = {"realm": checkpoint if "realm" in args.systems else None,
-             "orqa": str(latest_checkpoint(layout.checkpoints("ict")))}
+    inits = {"realm": checkpoint if "realm" in args.systems else None, "orqa": start}
     for seed in args.seeds:
         right = {name: finetune_and_evaluate(name, inits[name], index, seed, args.finetune_epochs, layout, out, device,
-                                             model_config, questions, results)
+                                             model_config, training, questions, results)
                  for name in args.systems}
         if len(right) == 2:
             only_realm = sum(r and not o for r, o in zip(right["realm"], right["orqa"]))
