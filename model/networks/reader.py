@@ -175,7 +175,8 @@ def span_logits_by_length(reader: Reader, joint: BertInputs, spans: SpanTable) -
     `padded_length` and read with the rows of that padded length (`same_padded_length_groups`):
     a row is then read at the same length in any batch, so an answer hardly depends on the
     other questions read beside it (`realm.model.networks.inputs.PAD_MULTIPLE`), and rows of
-    similar length share a forward instead of being padded to a batch's longest."""
+    similar length share a forward instead of being padded to a batch's longest. Answering and
+    fine-tuning both read this way; gradients flow through every group's forward."""
     logits = torch.full(spans.valid.shape, LOG_ZERO, device=joint.input_ids.device)
     for group, length in same_padded_length_groups(joint.attention_mask.sum(dim=1).tolist()):
         rows = torch.tensor(group, device=joint.input_ids.device)

@@ -18,7 +18,7 @@ from realm.model.networks.checkpoint import (
 from realm.model.networks.config import build_component
 from realm.model.networks.encoder import build_encoder
 from realm.model.training.stage_settings import FinetuneConfig
-from realm.model.networks.inputs import pad_batch
+from realm.model.networks.inputs import pad_batch, padded_length
 from realm.model.index.mips import MipsIndex
 from realm.model.qa.entity_types import BlockEntityTypes
 from realm.model.qa.qa_data import QAExample
@@ -122,6 +122,58 @@ def test_loss_is_early_update_plus_the_joint_reader_loss_computed_by_brute_force
     assert stats.retriever_loss == pytest.approx(float(retriever_loss), rel=1e-4)
     assert stats.reader_loss == pytest.approx(float(reader_loss), rel=1e-4)
     assert loss.item() == pytest.approx(float(retriever_loss + reader_loss), rel=1e-4)
+
+
+def test_each_read_block_is_read_at_its_own_padded_length_with_the_padded_batchs_loss_and_gradients(
+    qa_corpus, tokenizer, tiny_config, monkeypatch
+):
+    """The reader's forwards in a step are one per padded length among the read blocks (not one
+    padded to the longest), and the loss and every gradient are those of the one padded forward."""
+    blocks_path, index_path = qa_corpus
+    blocks, index = BlockStore.from_parquet(blocks_path, with_text=True, with_entities=True), MipsIndex.load(index_path)
+    # A long question puts its (question, block) pairs past the short ones' padded length.
+    examples = [*EXAMPLES[:2], QAExample(
+        "Which river, known to the ancient Egyptians and to every traveller since, flows north into the Mediterranean?",
+        ["the Nile"], "test",
+    )]
+    rows = np.arange(len(examples))
+
+    def loss_and_gradients(widths, lengths):
+        torch.manual_seed(0)
+        query_embedder, reader = build_component(Embedder, tiny_config).eval(), build_reader(tiny_config).eval()
+
+        def record(module, args, kwargs):
+            widths.append(kwargs["inputs_embeds"].shape[1])
+            lengths.extend(kwargs["attention_mask"].sum(dim=1).tolist())
+
+        hook = reader.bert.register_forward_pre_hook(record, with_kwargs=True)
+        retriever = DenseRetriever(query_embedder, index, tokenizer, tiny_config, CPU)
+        candidates = _cache(retriever, tokenizer, blocks, examples, tiny_config)
+        loss, _ = finetune_loss(
+            retriever, reader, tokenizer, blocks, BlockEntityTypes(blocks, tokenizer), examples, candidates, rows,
+            tiny_config, CONFIG, CPU,
+        )
+        loss.backward()
+        hook.remove()
+        gradients = {
+            f"{name}.{key}": p.grad.clone() for name, model in (("query", query_embedder), ("reader", reader))
+            for key, p in model.named_parameters() if p.grad is not None
+        }
+        return loss.item(), gradients
+
+    grouped_widths, padded_widths, lengths = [], [], []
+    grouped = loss_and_gradients(grouped_widths, [])
+    monkeypatch.setattr(
+        "realm.model.training.finetune_loss.span_logits_by_length", lambda reader, joint, spans: reader.span_logits(joint, spans)
+    )
+    padded = loss_and_gradients(padded_widths, lengths)
+
+    assert len(lengths) == len(examples) * CONFIG.num_read and padded_widths == [max(lengths)]
+    assert grouped_widths == sorted({padded_length(n) for n in lengths}) and len(grouped_widths) > 1
+    assert grouped[0] == pytest.approx(padded[0], rel=1e-5)
+    assert grouped[1].keys() == padded[1].keys() and len(grouped[1]) > 0
+    for name, gradient in grouped[1].items():
+        assert torch.allclose(gradient, padded[1][name], rtol=1e-4, atol=1e-6), name
 
 
 def test_read_slots_are_the_best_scored_with_a_gold_block_swapped_in_when_none_is():
