@@ -1,0 +1,101 @@
+"""What reading each block at its own padded length saves a real fine-tuning step: two
+trainers from the same start of a prepared run train the same batches, one reading every
+question's read blocks as `finetune_loss` does (`span_logits_by_length`: one forward per padded
+length), the other as one forward padded to the batch's longest (`Reader.span_logits`, as
+fine-tuning did before), alternating in one run; the ratio is padded / by length.
+
+    python bench/finetune_step.py --run runs/<run> [--steps 8] [--seed 0]
+
+The run needs what `realm run` leaves before fine-tuning: blocks (with their entities), the
+published index and the pre-training checkpoint; the trainers checkpoint into a temporary
+folder, never into the run. The first step of each is a warm-up; medians of the rest are
+reported, with the largest difference between the two trainers' losses (bf16 rounds
+differently at other padded widths) and the share of the padded positions that are real
+wordpieces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from unittest import mock
+
+import numpy as np
+
+import realm.model.training.finetune_loss as finetune_loss_module
+from realm.flows.demo import training_qa_paths
+from realm.model.index.mips import latest_published
+from realm.model.networks.checkpoint import latest_checkpoint
+from realm.model.networks.config import ModelConfig, set_transformers_verbosity_error
+from realm.model.networks.device import select_device
+from realm.model.networks.reader import Reader
+from realm.model.qa.qa_data import read_qa_file
+from realm.model.training.stage_settings import FinetuneConfig
+from realm.model.training.train_finetune import FinetuneTrainer
+from realm.schemas.run_layout import RunLayout
+
+from reader_batch import median_after_warmup
+
+
+class OnePaddedForward:
+    """In place of `span_logits_by_length`: the batch's read blocks padded to its longest, in
+    one forward, counting the real wordpieces and the padded positions it reads."""
+
+    def __init__(self):
+        self.real, self.positions = 0, 0
+
+    def __call__(self, reader: Reader, joint, spans):
+        self.real += int(joint.attention_mask.sum())
+        self.positions += joint.attention_mask.numel()
+        return reader.span_logits(joint, spans)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", required=True, help="a run root prepared by `realm run`")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    set_transformers_verbosity_error()
+    layout = RunLayout.at(args.run)
+    examples = [example for path in training_qa_paths() for example in read_qa_file(path)]
+    index, start = latest_published(layout.index), latest_checkpoint(layout.checkpoints("pretrain"))
+    if index is None or start is None:
+        raise SystemExit(f"{args.run}: no published index or pre-training checkpoint (run `realm run` first)")
+    model_config, device = ModelConfig.preset(layout.model_preset()), select_device(None)
+
+    one_padded_forward = OnePaddedForward()
+    with tempfile.TemporaryDirectory() as scratch:
+        trainers = {
+            way: FinetuneTrainer(
+                examples, layout.blocks, str(index), str(start), f"{scratch}/{way}", model_config, FinetuneConfig(),
+                device=device, seed=args.seed,
+            )
+            for way in ("by_length", "padded")
+        }
+        times = {way: [] for way in trainers}
+        losses = {way: [] for way in trainers}
+        for step in range(args.steps):
+            for way in (("by_length", "padded") if step % 2 == 0 else ("padded", "by_length")):
+                reading = {"padded": one_padded_forward, "by_length": finetune_loss_module.span_logits_by_length}[way]
+                with mock.patch.object(finetune_loss_module, "span_logits_by_length", reading):
+                    started = time.perf_counter()
+                    trainers[way].train_step()
+                    times[way].append(time.perf_counter() - started)
+                losses[way].append(trainers[way].final_loss)
+    by_length, one_forward = median_after_warmup(times["by_length"]), median_after_warmup(times["padded"])
+    gap = float(np.max(np.abs(np.array(losses["by_length"]) - np.array(losses["padded"]))))
+    share = one_padded_forward.real / one_padded_forward.positions
+    print(f"padded to the batch's longest: {one_forward:.3f} s a step ({share:.0%} of its positions real wordpieces)")
+    print(f"each block at its padded length: {by_length:.3f} s a step ({one_forward / by_length:.2f}x faster)")
+    print(f"largest loss difference over {args.steps} steps: {gap:.2e}")
+    print(json.dumps({
+        "device": str(device), "run": args.run, "steps": args.steps, "step_s": {"padded": one_forward, "by_length": by_length},
+        "real_share": share, "max_loss_difference": gap,
+    }))
+
+
+if __name__ == "__main__":
+    main()
