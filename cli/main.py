@@ -329,7 +329,7 @@ def _reject_extra(extra: list[str]) -> None:
 
 def _add_run_options(parser: argparse.ArgumentParser, output_default: str | None) -> None:
     parser.add_argument("--preset", choices=list(get_args(RunPreset)), default="default",
-                        help="tiny: minutes, 300 articles, random 2-layer model; default: ~35 minutes, vital corpus; "
+                        help="tiny: minutes, 300 articles, random 2-layer model; default: ~30 minutes, vital corpus; "
                         "gpu: full-size settings for a CUDA machine")
     parser.add_argument("--model_preset", choices=list(get_args(ModelPreset)),
                         help="the model preset every component is built with (default: the run preset's)")

@@ -138,7 +138,8 @@ class FinetuneConfig(RetentionConfig):
     """Fine-tuning settings: what the trainer, the `realm-finetune-openqa` flow form and
     `realm train finetune --param` all read (the flow's parameters add the data and retriever)."""
 
-    # ~9 min an epoch with the 6-layer model on a 2-core CPU: four fit the main job's hour.
+    # ~6 min an epoch with the 6-layer model on a 2-core CPU (four in 25.5 min, validations
+    # included, on an AMD EPYC without AMX): four fit the main job's hour with half of it spare.
     epochs: float = Field(
         4.0, ge=0, description="passes over the training questions that carry a loss (ORQA: 20; 0 publishes the start)"
     )
