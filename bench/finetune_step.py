@@ -67,20 +67,20 @@ def main() -> None:
     model_config, device = ModelConfig.preset(layout.model_preset()), select_device(None)
 
     one_padded_forward = OnePaddedForward()
+    readings = {"by_length": finetune_loss_module.span_logits_by_length, "padded": one_padded_forward}
     with tempfile.TemporaryDirectory() as scratch:
         trainers = {
             way: FinetuneTrainer(
                 examples, layout.blocks, str(index), str(start), f"{scratch}/{way}", model_config, FinetuneConfig(),
                 device=device, seed=args.seed,
             )
-            for way in ("by_length", "padded")
+            for way in readings
         }
         times = {way: [] for way in trainers}
         losses = {way: [] for way in trainers}
         for step in range(args.steps):
             for way in (("by_length", "padded") if step % 2 == 0 else ("padded", "by_length")):
-                reading = {"padded": one_padded_forward, "by_length": finetune_loss_module.span_logits_by_length}[way]
-                with mock.patch.object(finetune_loss_module, "span_logits_by_length", reading):
+                with mock.patch.object(finetune_loss_module, "span_logits_by_length", readings[way]):
                     started = time.perf_counter()
                     trainers[way].train_step()
                     times[way].append(time.perf_counter() - started)
