@@ -3,11 +3,14 @@ fine-tuning validates and publishes in place of the last step's weights.
 
 Fine-tuning sees ~1,440 questions in batches of 8: each step's weights carry that batch's
 noise, and the best of a few checkpoints is picked by 179 validation questions. An average
-of the recent steps' weights sits nearer the middle of where SGD wanders and generalises at
-least as well (Polyak & Juditsky 1992; Izmailov et al. 2018). The decay at update t is
-TensorFlow's `ExponentialMovingAverage(num_updates=t)` ramp, min(MAX_DECAY, (1 + t) / (10 + t)):
-the average spans roughly the last tenth of the steps taken, so the freshly initialised span
-head's first steps fade out of it instead of holding a fixed share.
+of the steps' weights sits nearer the middle of where SGD wanders and generalises at least as
+well (Polyak & Juditsky 1992; Izmailov et al. 2018). The decay at update t is
+min(MAX_DECAY, (1 + t) / (3 + t)): every step taken so far weighs in proportion to its number
+(t + 2; Shamir & Zhang 2013's polynomial-decay averaging with eta = 1), so the average leans to
+the later steps and the freshly initialised span head's first steps fade out of it. Measured on
+two seeds (README), it beat TensorFlow's `num_updates` ramp (1 + t) / (10 + t), which spans
+about the last tenth of the steps: the three dev sets' mean EM 0.206 / 0.145 against 0.188 /
+0.140.
 
 The average lives in float32 beside the parameters (one more copy of the trained weights) and
 is saved with each step checkpoint, so a resumed run averages on as an uninterrupted one would
@@ -27,7 +30,7 @@ MAX_DECAY = 0.999
 
 def decay_at(update: int) -> float:
     """The share of the old average kept at the `update`-th update (1-based)."""
-    return min(MAX_DECAY, (1 + update) / (10 + update))
+    return min(MAX_DECAY, (1 + update) / (3 + update))
 
 
 class WeightAverage:

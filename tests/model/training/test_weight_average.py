@@ -11,10 +11,27 @@ def _modules() -> dict[str, torch.nn.Module]:
     return {"b": torch.nn.Linear(3, 1), "a": frozen}
 
 
-def test_the_decay_ramps_as_tensorflows_num_updates_and_is_capped():
-    assert decay_at(1) == pytest.approx(2 / 11)
-    assert decay_at(90) == pytest.approx(91 / 100)
+def test_the_decay_ramps_as_polynomial_decay_averaging_and_is_capped():
+    assert decay_at(1) == pytest.approx(2 / 4)
+    assert decay_at(97) == pytest.approx(98 / 100)
     assert decay_at(10**6) == MAX_DECAY
+
+
+def test_every_step_weighs_in_proportion_to_its_number():
+    """After t updates the average is (6 · x_0 + Σ 2(i + 2) · x_i over the steps i = 1..t) /
+    ((t + 2)(t + 3)), x_0 the starting weights: the weights sum to 1."""
+    modules = _modules()
+    average = WeightAverage(modules)
+    weight = modules["b"].weight
+    start = weight.detach().clone()
+    values = [3.0, -1.0, 0.5, 2.0, -4.0]
+    for value in values:
+        with torch.no_grad():
+            weight.fill_(value)
+        average.update()
+    t = len(values)
+    expected = (6 * start + sum(2 * (i + 2) * v for i, v in enumerate(values, start=1))) / ((t + 2) * (t + 3))
+    assert torch.allclose(average.averages[1], expected)
 
 
 def test_the_average_is_the_ramped_moving_average_of_the_trainable_parameters():
