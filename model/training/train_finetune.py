@@ -13,8 +13,8 @@ every run and machine) is never trained on: every `checkpoint_every` steps the m
 them exactly as `realm evaluate` does, and the checkpoint with the best exact match is kept
 in `<root>/best/<step>/` (`realm.model.networks.checkpoint.best_checkpoint` finds it); with
 `average_weights` (the default), the model validated and kept is the moving average of the
-steps' weights, leaning to the later ones (`realm.model.training.weight_average`), and without validation questions
-the newest average is kept. The training length is given in
+steps' weights, leaning to the later ones (`realm.model.training.weight_average`), and
+without validation questions the newest average is kept. The training length is given in
 epochs over the questions that carry a loss; the span MLP, which starts from scratch, has
 its own learning rate.
 

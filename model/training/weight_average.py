@@ -5,9 +5,9 @@ Fine-tuning sees ~1,440 questions in batches of 8: each step's weights carry tha
 noise, and the best of a few checkpoints is picked by 179 validation questions. An average
 of the steps' weights sits nearer the middle of where SGD wanders and generalises at least as
 well (Polyak & Juditsky 1992; Izmailov et al. 2018). The decay at update t is
-min(MAX_DECAY, (1 + t) / (3 + t)): every step taken so far weighs in proportion to its number
-(t + 2; Shamir & Zhang 2013's polynomial-decay averaging with eta = 1), so the average leans to
-the later steps and the freshly initialised span head's first steps fade out of it. Measured on
+min(MAX_DECAY, (1 + t) / (3 + t)): each step i taken so far weighs in proportion to i + 2
+(Shamir & Zhang 2013's polynomial-decay averaging with eta = 1), so the average leans to the
+later steps and the freshly initialised span head's first steps fade out of it. Measured on
 two seeds (README), it beat TensorFlow's `num_updates` ramp (1 + t) / (10 + t), which spans
 about the last tenth of the steps: the three dev sets' mean EM 0.206 / 0.145 against 0.188 /
 0.140.
@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-# Past ~1,000 updates the ramp would give way to a fixed horizon of 1,000 steps.
+# Past ~2,000 updates the ramp gives way to a fixed horizon of 1,000 steps.
 MAX_DECAY = 0.999
 
 
