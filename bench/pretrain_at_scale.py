@@ -7,7 +7,8 @@ CPU pre-training gets ~1,000 steps of batch 8 (README); this script spends a wal
 on a CUDA machine instead, with the `gpu` run preset's lengths (queries 96, blocks 288
 wordpieces) and batch, the retriever frozen for the first half as the stage's default:
 
-1. a short probe of the step's cost sizes the step count to `--pretrain_seconds`;
+1. a short probe times the step at each of `--micro_batches` (sequences per encoder forward)
+   side by side; the fastest sizes the step count to `--pretrain_seconds`;
 2. pre-training from the run's retriever start (`checkpoints/ict/<newest>/`) and the BERT warm
    start, then masked-span accuracy on `--heldout` held-out examples;
 3. for each seed, fine-tuning (the main job's recipe) from the pre-trained checkpoint (`realm`)
@@ -31,6 +32,8 @@ import logging
 import time
 from pathlib import Path
 
+import torch
+
 from realm.flows.demo import evaluation_qa_paths, training_qa_paths
 from realm.model.networks.checkpoint import latest_checkpoint
 from realm.model.networks.config import ModelConfig
@@ -40,14 +43,15 @@ from realm.model.qa.paired_stats import mcnemar_exact_p_value
 from realm.model.qa.qa_data import read_qa_file
 from realm.model.qa.scoring import RECALL_AT, score_predictions
 from realm.model.training.pretrain_index import IndexRoots, attach_index
-from realm.model.training.stage_settings import FinetuneConfig, PretrainConfig
+from realm.model.training.stage_settings import CPU_MICRO_BATCH, FinetuneConfig, PretrainConfig
 from realm.model.training.train_finetune import FinetuneTrainer
 from realm.model.training.train_pretrain import HELD_OUT, PretrainHooks, PretrainTrainer
 from realm.schemas.run_layout import RunLayout
 
 # The `gpu` run preset's pre-training shape (realm.flows.params).
 GPU_LENGTHS = {"max_query_wordpieces": 96, "max_block_wordpieces": 288}
-PROBE_STEPS = 30
+# Steps timed at each micro-batch size; the first third of them pay CUDA's warm-up.
+PROBE_STEPS = 12
 SYSTEMS = ("realm", "orqa")
 # Steps after the retriever unfreezes also back-propagate through the query tower.
 UNFROZEN_STEP_COST = 1.15
@@ -65,10 +69,11 @@ class Results:
         print(f"[{time.strftime('%H:%M:%S')}] {key}: {json.dumps(value, default=float)[:600]}", flush=True)
 
 
-def pretrain_config(steps: int, batch_size: int, heldout: int) -> PretrainConfig:
+def pretrain_config(steps: int, batch_size: int, heldout: int, micro_batch: int) -> PretrainConfig:
     return PretrainConfig(
         steps=steps, batch_size=batch_size, warmup_steps=max(1, steps // 10), checkpoint_every=max(1, steps),
-        log_every=50, heldout_examples=heldout, retriever_frozen_steps=steps // 2, keep_checkpoints=1, **GPU_LENGTHS,
+        log_every=50, heldout_examples=heldout, retriever_frozen_steps=steps // 2, keep_checkpoints=1,
+        micro_batch=micro_batch, **GPU_LENGTHS,
     )
 
 
@@ -76,11 +81,13 @@ def no_refresh(snapshot_dir: str, snapshot_step: int):
     raise AssertionError("cached doc embeddings: the doc tower is frozen and no index is refreshed")
 
 
-def pretrain_trainer(layout: RunLayout, start: str, root: Path, steps: int, args, device, model_config) -> PretrainTrainer:
+def pretrain_trainer(layout: RunLayout, start: str, root: Path, steps: int, micro_batch: int, args, device,
+                     model_config) -> PretrainTrainer:
     """A pre-training run under `root` from the retriever start `start`."""
     return PretrainTrainer(
         layout.blocks, layout.pretrain_examples, str(root / "checkpoints"), model_config,
-        pretrain_config(steps, args.batch_size, args.heldout), init_retriever=start, device=device, seed=args.seed,
+        pretrain_config(steps, args.batch_size, args.heldout, micro_batch), init_retriever=start, device=device,
+        seed=args.seed,
     )
 
 
@@ -96,21 +103,46 @@ def run_pretraining(trainer: PretrainTrainer, root: Path, progress) -> tuple[str
     return result.checkpoint, result.index, evaluations[HELD_OUT]
 
 
+def probe_micro_batches(probe: PretrainTrainer, micro_batches: list[int], device) -> dict[int, dict]:
+    """Median step time (and CUDA peak memory) at each micro-batch size, one trainer stepping
+    on (the size changes how a step is computed, not what it computes)."""
+    timings = {}
+    for micro_batch in micro_batches:
+        probe.config.micro_batch = micro_batch
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        step_times = []
+        try:
+            for _ in range(PROBE_STEPS):
+                t = time.perf_counter()
+                probe.train_step()  # its metrics read values back to the host: the step has finished
+                step_times.append(time.perf_counter() - t)
+        except torch.cuda.OutOfMemoryError:
+            timings[micro_batch] = {"median_step_s": float("inf"), "out_of_memory": True}
+            torch.cuda.empty_cache()
+            continue
+        warm = sorted(step_times[PROBE_STEPS // 3:])
+        timings[micro_batch] = {"median_step_s": warm[len(warm) // 2]}
+        if device.type == "cuda":
+            timings[micro_batch]["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    return timings
+
+
 def pretrain(layout: RunLayout, start: str, out: Path, args, device, model_config, results: Results) -> tuple[str, str]:
     """Probe, size and run pre-training; returns (checkpoint, index) paths."""
     started = time.perf_counter()
-    probe = pretrain_trainer(layout, start, out / "probe", PROBE_STEPS, args, device, model_config)
+    # Sized as the longest run, so the retriever stays frozen through every probe step.
+    probe = pretrain_trainer(layout, start, out / "probe", args.max_steps, args.micro_batches[0],
+                             args, device, model_config)
     attach_index(probe, index_roots(out / "probe"))
     setup_s = time.perf_counter() - started
-    step_times = []
-    for _ in range(PROBE_STEPS):
-        t = time.perf_counter()
-        probe.train_step()
-        step_times.append(time.perf_counter() - t)
-    warm = sorted(step_times[PROBE_STEPS // 3:])  # the first steps pay CUDA's warm-up
-    step_s = warm[len(warm) // 2]
+    timings = probe_micro_batches(probe, args.micro_batches, device)
+    micro_batch = min(timings, key=lambda size: timings[size]["median_step_s"])
+    step_s = timings[micro_batch]["median_step_s"]
     steps = min(args.max_steps, int(args.pretrain_seconds / (step_s * (1 + UNFROZEN_STEP_COST) / 2)))
-    results.put("pretrain_probe", {"median_step_s": step_s, "setup_s": setup_s, "steps": steps})
+    results.put("pretrain_probe", {"micro_batches": timings, "micro_batch": micro_batch,
+                                   "speedup_over_first": timings[args.micro_batches[0]]["median_step_s"] / step_s,
+                                   "setup_s": setup_s, "steps": steps})
     del probe
 
     log: list[dict] = []
@@ -122,7 +154,7 @@ def pretrain(layout: RunLayout, start: str, out: Path, args, device, model_confi
                                                           "null_document_probability", "span_in_candidates")}), flush=True)
 
     began = time.perf_counter()
-    trainer = pretrain_trainer(layout, start, out / "pretrain", steps, args, device, model_config)
+    trainer = pretrain_trainer(layout, start, out / "pretrain", steps, micro_batch, args, device, model_config)
     checkpoint, index, heldout = run_pretraining(trainer, out / "pretrain", progress)
     results.put("pretrain", {
         "steps": trainer.step, "batch_size": args.batch_size, "seconds": time.perf_counter() - began,
@@ -135,7 +167,7 @@ def start_index(layout: RunLayout, start: str, out: Path, args, device, model_co
     """The index of the retriever start's doc tower (what pre-training's cached doc vectors
     are: the doc tower never trains), from a pre-training run of 0 steps, and the untrained
     encoder's held-out masked-span accuracy beside it."""
-    trainer = pretrain_trainer(layout, start, out / "start", 0, args, device, model_config)
+    trainer = pretrain_trainer(layout, start, out / "start", 0, args.micro_batches[-1], args, device, model_config)
     _, index, heldout = run_pretraining(trainer, out / "start", lambda metrics: None)
     results.put("start", {"heldout": heldout})
     return index
@@ -164,6 +196,8 @@ def main() -> None:
     parser.add_argument("--pretrain_seconds", type=float, default=240.0)
     parser.add_argument("--max_steps", type=int, default=3000, help="the `gpu` preset's pre-training steps")
     parser.add_argument("--batch_size", type=int, default=32, help="the `gpu` preset's pre-training batch")
+    parser.add_argument("--micro_batches", type=int, nargs="+", default=[CPU_MICRO_BATCH, 64, 256],
+                        help="sequences per encoder forward, timed side by side (the first is the baseline)")
     parser.add_argument("--heldout", type=int, default=4096, help="held-out examples (target 3: at least 4,096)")
     parser.add_argument("--finetune_epochs", type=float, default=FinetuneConfig().epochs)
     parser.add_argument("--seeds", type=int, nargs="*", default=[0], help="fine-tuning seeds (none: pre-train only)")

@@ -18,6 +18,7 @@ import torch
 
 from realm.model.index.block_store import BlockStore
 from realm.model.training.candidates import Candidates, assemble_candidates, mips_fetch_size
+from realm.model.training.stage_settings import CPU_MICRO_BATCH
 from realm.model.networks.encoder import KnowledgeAugmentedEncoder, masked_target_log_likelihood
 from realm.model.networks.inputs import (
     BertInputs,
@@ -33,8 +34,6 @@ from realm.model.tokenization import MAX_PRETRAIN_QUERY_WORDPIECES, WordPieceTok
 
 # The paper masks one salient span of at most 10 wordpieces; random fallback spans likewise.
 MAX_MASKED_WORDPIECES = 10
-# Sequences per encoder / doc-tower forward: length-sorted micro-batches pad less.
-MICRO_BATCH = 16
 
 
 @dataclass
@@ -149,6 +148,7 @@ def candidate_embeddings(
     candidates: Candidates,
     device: torch.device,
     index: MipsIndex | BruteForceIndex | None = None,
+    micro_batch: int = CPU_MICRO_BATCH,
 ) -> torch.Tensor:
     """Embed_doc(z) of every candidate, [batch, k, d] float32.
 
@@ -171,17 +171,17 @@ def candidate_embeddings(
         block_sequence(tokenizer, blocks.title_ids(int(b)), blocks.body_ids(int(b))) for b in unique_ids
     ]
     table = _forward_length_sorted(
-        sequences, lambda inputs, _: retriever.embed_passages(inputs.to(device)), tokenizer.pad_id
+        sequences, lambda inputs, _: retriever.embed_passages(inputs.to(device)), tokenizer.pad_id, micro_batch
     )  # [1 + distinct, d], row 0 the null document
     rows = np.where(real, np.searchsorted(unique_ids, candidates.block_ids) + 1, 0)  # [batch, k]
     return table[torch.from_numpy(rows).to(device)]  # [batch, k, d]
 
 
-def _forward_length_sorted(sequences: list[tuple[list[int], list[int]]], forward, pad_id: int):
+def _forward_length_sorted(sequences: list[tuple[list[int], list[int]]], forward, pad_id: int, micro_batch: int):
     """`forward(padded inputs, their row indices) -> [rows, ...]` (or a tuple of such tensors)
-    over length-sorted micro-batches; the results come back concatenated in the order of
-    `sequences`."""
-    groups = length_sorted_groups([len(ids) for ids, _ in sequences], MICRO_BATCH)
+    over length-sorted micro-batches of `micro_batch` sequences; the results come back
+    concatenated in the order of `sequences`."""
+    groups = length_sorted_groups([len(ids) for ids, _ in sequences], micro_batch)
     outputs = [forward(pad_batch([sequences[r] for r in rows], pad_id), rows) for rows in groups]
     order = torch.from_numpy(np.argsort(np.concatenate(groups)))
     if isinstance(outputs[0], tuple):
@@ -203,13 +203,14 @@ def encoder_log_likelihood(
     batch: PretrainBatch,
     candidates: Candidates,
     device: torch.device,
+    micro_batch: int = CPU_MICRO_BATCH,
 ) -> torch.Tensor:
     """log p(y|z,x) of every (example, candidate), [batch, k] float32.
 
     Joint inputs are `[CLS] masked x [SEP] z_body [SEP]` (`[CLS] x [SEP] [SEP]` for the null
-    document and padding), run in length-sorted micro-batches.
+    document and padding), run in length-sorted micro-batches of `micro_batch`.
     """
-    return _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, keep_log_probs=False)
+    return _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, micro_batch, keep_log_probs=False)
 
 
 def encoder_log_probs(
@@ -219,14 +220,15 @@ def encoder_log_probs(
     batch: PretrainBatch,
     candidates: Candidates,
     device: torch.device,
+    micro_batch: int = CPU_MICRO_BATCH,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log p(y|z,x) [batch, k] as `encoder_log_likelihood`, and log p(v|z,x) over the whole
     vocabulary at each masked slot [batch, k, max_masks, vocab] float32, detached, 0 at unused
     slots) from one forward: the second gives argmax predictions (MLM accuracy) for free."""
-    return _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, keep_log_probs=True)
+    return _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, micro_batch, keep_log_probs=True)
 
 
-def _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, keep_log_probs: bool):
+def _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, micro_batch: int, keep_log_probs: bool):
     size, k = candidates.block_ids.shape
     real = _real_slots(candidates)
     sequences = [
@@ -251,7 +253,7 @@ def _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, keep
         per_slot[mlm_mask] = log_probs.detach()  # nonzero() order is the boolean-index order
         return log_likelihood, per_slot
 
-    outputs = _forward_length_sorted(sequences, forward, tokenizer.pad_id)
+    outputs = _forward_length_sorted(sequences, forward, tokenizer.pad_id, micro_batch)
     if not keep_log_probs:
         return outputs.view(size, k)
     log_likelihood, per_slot = outputs

@@ -19,6 +19,10 @@ from realm.model.tokenization import MAX_QUESTION_WORDPIECES
 # the `gpu` preset sets the paper's.
 CPU_QUERY_WORDPIECES = 64
 CPU_BLOCK_WORDPIECES = 128
+# Sequences per encoder / doc-tower forward in pre-training. On the CPU, length-sorted groups
+# of 16 pad little and keep each forward's activations in cache; a GPU wants fewer, larger
+# launches (the `gpu` preset's value is measured in README "At the paper's lengths").
+CPU_MICRO_BATCH = 16
 
 
 class RetentionConfig(BaseModel):
@@ -100,6 +104,9 @@ class PretrainConfig(RetentionConfig):
     heldout_examples: int = Field(256, ge=1)
     max_query_wordpieces: int = CPU_QUERY_WORDPIECES
     max_block_wordpieces: int = CPU_BLOCK_WORDPIECES
+    micro_batch: int = Field(
+        CPU_MICRO_BATCH, ge=1, description="joint and block sequences per encoder / doc-tower forward, grouped by length"
+    )
     # Measured (README): a retriever trained jointly from the start loses the span coverage of
     # its start within ~200 steps, before the fresh MLM head can read; frozen, it helps.
     cached_doc_embeddings: bool = Field(True, description="candidate vectors from the index, doc tower frozen")

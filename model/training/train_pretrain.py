@@ -235,11 +235,11 @@ class PretrainTrainer(Trainer):
             )  # [batch, d], [batch, k]
             cached = index if self.config.cached_doc_embeddings else None
             doc_embeddings = candidate_embeddings(
-                self.retriever, self.tokenizer, self.blocks, candidates, self.device, cached
+                self.retriever, self.tokenizer, self.blocks, candidates, self.device, cached, self.config.micro_batch
             )  # [batch, k, d]
             logits = retrieval_logits(query_embeddings, doc_embeddings, candidates)  # [batch, k]
             log_p_y_given_z, vocab_log_probs = encoder_log_probs(
-                self.encoder, self.tokenizer, self.blocks, batch, candidates, self.device
+                self.encoder, self.tokenizer, self.blocks, batch, candidates, self.device, self.config.micro_batch
             )  # [batch, k], [batch, k, max_masks, vocab]
         log_p_z_given_x = torch.log_softmax(logits.detach(), dim=-1)  # [batch, k]
         holding = candidates_holding_span(self.blocks, batch, candidates)  # [batch, k]

@@ -80,6 +80,34 @@ def test_marginal_over_all_of_z_equals_the_exact_sum(setup, tokenizer):
     assert math.isclose(got.item(), exact, rel_tol=1e-4)
 
 
+@pytest.mark.parametrize("micro_batch", [1, 3, 64])
+def test_any_micro_batch_size_gives_each_candidate_its_own_scores(setup, tokenizer, micro_batch):
+    """Candidates of different lengths, in length-sorted groups of 1, 3 or all, come back in
+    candidate order with the values of each candidate's forward alone."""
+    retriever, encoder, index, blocks, batch = setup
+    with torch.no_grad():
+        _, candidates = retrieve(retriever, index, batch, num_candidates=8, device=CPU)
+        doc_embeddings = candidate_embeddings(retriever, tokenizer, blocks, candidates, CPU, micro_batch=micro_batch)
+        log_p = encoder_log_likelihood(encoder, tokenizer, blocks, batch, candidates, CPU, micro_batch=micro_batch)
+        slots = torch.from_numpy(candidates.mask[0]).nonzero().flatten().tolist()
+        bodies = [[] if slot == 0 else blocks.body_ids(int(candidates.block_ids[0, slot])) for slot in slots]
+        titles = [[] if slot == 0 else blocks.title_ids(int(candidates.block_ids[0, slot])) for slot in slots]
+        alone_docs = torch.cat([
+            retriever.embed_passages(pad_batch([block_sequence(tokenizer, title, body)], tokenizer.pad_id))
+            for title, body in zip(titles, bodies)
+        ])
+        alone_log_p = torch.stack([
+            encoder.masked_log_likelihood(
+                pad_batch([joint_sequence(tokenizer, batch.masked_query_ids[0], body)], tokenizer.pad_id),
+                batch.mlm_positions, batch.mlm_targets, batch.mlm_mask,
+            )[0]
+            for body in bodies
+        ])
+    assert len({len(body) for body in bodies}) > 2
+    torch.testing.assert_close(doc_embeddings[0, slots], alone_docs, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(log_p[0, slots], alone_log_p, atol=1e-5, rtol=1e-4)
+
+
 def test_gradients_reach_both_towers_and_the_encoder(setup, tokenizer):
     retriever, encoder, index, blocks, batch = setup
     query_embeddings, candidates = retrieve(retriever, index, batch, num_candidates=8, device=CPU)
