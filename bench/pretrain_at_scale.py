@@ -8,7 +8,7 @@ on a CUDA machine instead, with the `gpu` run preset's lengths (queries 96, bloc
 wordpieces) and batch, the retriever frozen for the first half as the stage's default:
 
 1. a short probe times the step at each of `--micro_batches` (sequences per encoder forward)
-   side by side; the fastest sizes the step count to `--pretrain_seconds`;
+   in turn on one trainer; the fastest sizes the step count to `--pretrain_seconds`;
 2. pre-training from the run's retriever start (`checkpoints/ict/<newest>/`) and the BERT warm
    start, then masked-span accuracy on `--heldout` held-out examples;
 3. for each seed, fine-tuning (the main job's recipe) from the pre-trained checkpoint (`realm`)
@@ -167,7 +167,7 @@ def start_index(layout: RunLayout, start: str, out: Path, args, device, model_co
     """The index of the retriever start's doc tower (what pre-training's cached doc vectors
     are: the doc tower never trains), from a pre-training run of 0 steps, and the untrained
     encoder's held-out masked-span accuracy beside it."""
-    trainer = pretrain_trainer(layout, start, out / "start", 0, args.micro_batches[-1], args, device, model_config)
+    trainer = pretrain_trainer(layout, start, out / "start", 0, max(args.micro_batches), args, device, model_config)
     _, index, heldout = run_pretraining(trainer, out / "start", lambda metrics: None)
     results.put("start", {"heldout": heldout})
     return index
@@ -197,7 +197,7 @@ def main() -> None:
     parser.add_argument("--max_steps", type=int, default=3000, help="the `gpu` preset's pre-training steps")
     parser.add_argument("--batch_size", type=int, default=32, help="the `gpu` preset's pre-training batch")
     parser.add_argument("--micro_batches", type=int, nargs="+", default=[CPU_MICRO_BATCH, 64, 256],
-                        help="sequences per encoder forward, timed side by side (the first is the baseline)")
+                        help="sequences per encoder forward, timed in turn (the first is the baseline)")
     parser.add_argument("--heldout", type=int, default=4096, help="held-out examples (target 3: at least 4,096)")
     parser.add_argument("--finetune_epochs", type=float, default=FinetuneConfig().epochs)
     parser.add_argument("--seeds", type=int, nargs="*", default=[0], help="fine-tuning seeds (none: pre-train only)")

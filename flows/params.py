@@ -11,8 +11,8 @@ CuratedTrec training questions; evaluation on the demo set and the shipped held-
 in a few minutes on a few hundred blocks with a randomly initialised 2-layer model: it
 proves the plumbing, not the science. `gpu` is the full-size setting for a CUDA machine: the
 6-layer warm start, the paper's 96/288-wordpiece queries and blocks, ten times the steps, and
-each pre-training step's 256 joint sequences in one forward (README, "At the paper's lengths":
-0.15 s a step on an H100, 6.3x the CPU's micro-batch of 16).
+each pre-training step's 256 joint sequences in one forward (README, "Five times the
+pre-training, on a rented H100": 0.15 s a step, 6.3x micro-batches of 16 on the same card).
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ from realm.model.publish import MANIFEST_FILE, file_sha256, read_manifest
 
 # Settings that leave every step as it was: how long a stage runs (a resumed stage may go on
 # for longer), how often it reports, checkpoints and evaluates, how many checkpoints it keeps,
-# and how many sequences share a forward (a run started on a CPU may resume on a GPU).
+# and how many sequences share a forward (the same up to float rounding; a run started on a CPU
+# may resume on a GPU).
 NOT_INPUTS = frozenset(
     {"steps", "epochs", "log_every", "checkpoint_every", "keep_checkpoints", "eval_every", "untrained_eval_examples",
      "micro_batch"}

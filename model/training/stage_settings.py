@@ -21,7 +21,8 @@ CPU_QUERY_WORDPIECES = 64
 CPU_BLOCK_WORDPIECES = 128
 # Sequences per encoder / doc-tower forward in pre-training. On the CPU, length-sorted groups
 # of 16 pad little and keep each forward's activations in cache; a GPU wants fewer, larger
-# launches (the `gpu` preset's value is measured in README "At the paper's lengths").
+# launches (the `gpu` preset's value is measured in README "Five times the pre-training, on a
+# rented H100").
 CPU_MICRO_BATCH = 16
 
 
