@@ -196,7 +196,7 @@ def main() -> None:
     parser.add_argument("--pretrain_seconds", type=float, default=240.0)
     parser.add_argument("--max_steps", type=int, default=3000, help="the `gpu` preset's pre-training steps")
     parser.add_argument("--batch_size", type=int, default=32, help="the `gpu` preset's pre-training batch")
-    parser.add_argument("--micro_batches", type=int, nargs="+", default=[CPU_MICRO_BATCH, 64, 256],
+    parser.add_argument("--micro_batches", type=int, nargs="+", default=[CPU_MICRO_BATCH, 64, 128, 256],
                         help="sequences per encoder forward, timed in turn (the first is the baseline)")
     parser.add_argument("--heldout", type=int, default=4096, help="held-out examples (target 3: at least 4,096)")
     parser.add_argument("--finetune_epochs", type=float, default=FinetuneConfig().epochs)
