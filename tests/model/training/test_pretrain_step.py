@@ -44,6 +44,14 @@ def setup(tiny_config, tokenizer, blocks_table):
     return retriever, encoder, index, BlockStore(blocks_table), batch
 
 
+def _scored_alone(retriever, encoder, tokenizer, batch, title, body) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Embed_doc(z) [d], log p(y|z,x) scalar) of one block read on its own, no batching or
+    padding, for the batch's first example."""
+    doc = retriever.embed_passages(pad_batch([block_sequence(tokenizer, title, body)], tokenizer.pad_id))[0]
+    joint = pad_batch([joint_sequence(tokenizer, batch.masked_query_ids[0], body)], tokenizer.pad_id)
+    return doc, encoder.masked_log_likelihood(joint, batch.mlm_positions, batch.mlm_targets, batch.mlm_mask)[0]
+
+
 def test_candidates_exclude_trivial_blocks_and_start_with_null(setup):
     retriever, _, index, _, batch = setup
     _, candidates = retrieve(retriever, index, batch, num_candidates=8, device=CPU)
@@ -69,12 +77,9 @@ def test_marginal_over_all_of_z_equals_the_exact_sum(setup, tokenizer):
         ]
         scores, likelihoods = [], []
         for title, body in allowed:
-            doc = retriever.embed_passages(pad_batch([block_sequence(tokenizer, title, body)], tokenizer.pad_id))
-            scores.append((query_embeddings[0] @ doc[0]).item())
-            joint = pad_batch([joint_sequence(tokenizer, batch.masked_query_ids[0], body)], tokenizer.pad_id)
-            likelihoods.append(
-                encoder.masked_log_likelihood(joint, batch.mlm_positions, batch.mlm_targets, batch.mlm_mask).item()
-            )
+            doc, log_likelihood = _scored_alone(retriever, encoder, tokenizer, batch, title, body)
+            scores.append((query_embeddings[0] @ doc).item())
+            likelihoods.append(log_likelihood.item())
     normaliser = sum(math.exp(s) for s in scores)
     exact = math.log(sum(math.exp(s) / normaliser * math.exp(lp) for s, lp in zip(scores, likelihoods)))
     assert math.isclose(got.item(), exact, rel_tol=1e-4)
@@ -92,17 +97,9 @@ def test_any_micro_batch_size_gives_each_candidate_its_own_scores(setup, tokeniz
         slots = torch.from_numpy(candidates.mask[0]).nonzero().flatten().tolist()
         bodies = [[] if slot == 0 else blocks.body_ids(int(candidates.block_ids[0, slot])) for slot in slots]
         titles = [[] if slot == 0 else blocks.title_ids(int(candidates.block_ids[0, slot])) for slot in slots]
-        alone_docs = torch.cat([
-            retriever.embed_passages(pad_batch([block_sequence(tokenizer, title, body)], tokenizer.pad_id))
-            for title, body in zip(titles, bodies)
-        ])
-        alone_log_p = torch.stack([
-            encoder.masked_log_likelihood(
-                pad_batch([joint_sequence(tokenizer, batch.masked_query_ids[0], body)], tokenizer.pad_id),
-                batch.mlm_positions, batch.mlm_targets, batch.mlm_mask,
-            )[0]
-            for body in bodies
-        ])
+        alone = [_scored_alone(retriever, encoder, tokenizer, batch, title, body) for title, body in zip(titles, bodies)]
+        alone_docs = torch.stack([doc for doc, _ in alone])
+        alone_log_p = torch.stack([log_likelihood for _, log_likelihood in alone])
     assert len({len(body) for body in bodies}) > 2
     torch.testing.assert_close(doc_embeddings[0, slots], alone_docs, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(log_p[0, slots], alone_log_p, atol=1e-5, rtol=1e-4)
