@@ -119,6 +119,11 @@ class PretrainConfig(RetentionConfig):
         False, description="read and train on only the batch's examples whose masked span a retrieved block holds "
         "verbatim, as fine-tuning trains only questions whose answer is among the blocks read"
     )
+    copy_span_max_blocks: int | None = Field(
+        None, ge=1, description="mask, instead of the seeded salient span, one held by 1 to this many blocks other "
+        "than the sentence's own (the fewest), and pre-train and evaluate on only the examples with one "
+        "(`realm.model.training.copy_spans`); None: the seeded span"
+    )
     # Half the default steps: measured (README), the 6-layer encoder's head reads by then and
     # the query tower trained from there raised span coverage without collapsing p(z|x).
     retriever_frozen_steps: int = Field(

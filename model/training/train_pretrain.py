@@ -38,6 +38,7 @@ from realm.model.networks.encoder import KnowledgeAugmentedEncoder
 from realm.model.networks.marginal import LOG_ZERO
 from realm.model.networks.retriever import Embedder, Retriever
 from realm.model.publish import publish, staging_dir
+from realm.model.training.copy_spans import copy_friendly_examples
 from realm.model.training.example_order import batch_rows, heldout_split, untrained_rows
 from realm.model.training.masked_span_accuracy import MaskedSpanTally, marginal_predictions, span_correct
 from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
@@ -59,7 +60,7 @@ from realm.schemas import PRETRAIN_EXAMPLES, read_table
 
 log = logging.getLogger(__name__)
 
-EXAMPLE_COLUMNS = ["example_id", "origin_block_id", "forbidden_block_ids", "token_ids", "masked_token_positions"]
+EXAMPLE_COLUMNS = ["example_id", "origin_block_id", "forbidden_block_ids", "token_ids", "spans", "masked_token_positions"]
 # The examples `run` evaluates on: never trained on by construction, and (with
 # `untrained_eval_examples`) training examples no step has drawn yet.
 HELD_OUT = "held-out"
@@ -141,6 +142,12 @@ class PretrainTrainer(Trainer):
         self.examples = salient_examples(
             read_table(examples_path, PRETRAIN_EXAMPLES, columns=EXAMPLE_COLUMNS).to_pylist(), examples_path
         )
+        if config.copy_span_max_blocks is not None:
+            self.examples = copy_friendly_examples(self.examples, self.blocks, config.copy_span_max_blocks)
+            if not self.examples:
+                raise ValueError(
+                    f"{examples_path}: no salient span is held by 1 to {config.copy_span_max_blocks} other blocks"
+                )
         self.train_rows, self.heldout_rows = heldout_split([e["example_id"] for e in self.examples], config.heldout_examples)
 
         inputs = stage_inputs(

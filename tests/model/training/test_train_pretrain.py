@@ -121,6 +121,27 @@ def test_no_example_with_a_salient_span_is_refused_naming_the_file(tmp_path, tok
         PretrainTrainer(blocks_path, examples_path, str(tmp_path / "checkpoints"), tiny_config, CONFIG, device=CPU)
 
 
+def test_copy_friendly_spans_keep_the_examples_whose_span_few_other_blocks_hold(corpus, tmp_path, tiny_config):
+    blocks_path, examples_path = corpus
+    rows = read_table(examples_path, PRETRAIN_EXAMPLES).to_pylist()
+    for row in rows:  # the masked title as the example's one salient span
+        positions = row["masked_token_positions"]
+        if positions:
+            row["spans"] = [{"start": 0, "end": 0, "token_start": positions[0], "token_end": positions[-1] + 1,
+                             "label": "X", "source": "ner"}]
+    examples_path = write_table(str(tmp_path / "examples" / "part-0.parquet"), rows, PRETRAIN_EXAMPLES)
+    config = CONFIG.model_copy(update=dict(copy_span_max_blocks=1))
+    trainer = PretrainTrainer(blocks_path, examples_path, str(tmp_path / "checkpoints"), tiny_config, config, device=CPU)
+    # "Paris" and "Seine" are each in both of their blocks; every other title in its own alone
+    # (no block is forbidden: the examples' origins are outside the corpus).
+    # Example i and 8 + i are sentence i (the fixture's two copies); Paris and Seine are 0 and 1.
+    assert sorted(example["example_id"] for example in trainer.examples) == [*range(2, 8), *range(10, 16)]
+    assert len(trainer.train_rows) + len(trainer.heldout_rows) == 12
+
+    with pytest.raises(ValueError, match=f"{corpus[1]}: no salient span is held by 1 to 1 other blocks"):
+        PretrainTrainer(blocks_path, corpus[1], str(tmp_path / "none"), tiny_config, config, device=CPU)
+
+
 def test_the_fresh_mlm_head_learns_at_its_own_rate(corpus, tmp_path, tiny_config):
     config = CONFIG.model_copy(update=dict(learning_rate=1e-4, mlm_head_learning_rate=2e-3))
     trainer = _trainer(corpus, tmp_path, tiny_config, config)
