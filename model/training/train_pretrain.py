@@ -60,7 +60,7 @@ from realm.schemas import PRETRAIN_EXAMPLES, read_table
 
 log = logging.getLogger(__name__)
 
-EXAMPLE_COLUMNS = ["example_id", "origin_block_id", "forbidden_block_ids", "token_ids", "spans", "masked_token_positions"]
+EXAMPLE_COLUMNS = ["example_id", "origin_block_id", "forbidden_block_ids", "token_ids", "masked_token_positions"]
 # The examples `run` evaluates on: never trained on by construction, and (with
 # `untrained_eval_examples`) training examples no step has drawn yet.
 HELD_OUT = "held-out"
@@ -139,8 +139,10 @@ class PretrainTrainer(Trainer):
         self.blocks = BlockStore(
             pa.Table.from_batches(list(fitted_block_batches(blocks_path, config.max_block_wordpieces)))
         )
+        # Every salient span, not only the seeded one, only where the copy-friendly choice needs it.
+        columns = EXAMPLE_COLUMNS + (["spans"] if config.copy_span_max_blocks is not None else [])
         self.examples = salient_examples(
-            read_table(examples_path, PRETRAIN_EXAMPLES, columns=EXAMPLE_COLUMNS).to_pylist(), examples_path
+            read_table(examples_path, PRETRAIN_EXAMPLES, columns=columns).to_pylist(), examples_path
         )
         if config.copy_span_max_blocks is not None:
             self.examples = copy_friendly_examples(self.examples, self.blocks, config.copy_span_max_blocks)
