@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from realm.model.index.block_store import BlockStore
@@ -28,7 +27,7 @@ from realm.model.qa.answering import question_wordpieces
 from realm.model.qa.qa_data import QAExample
 from realm.model.qa.question_retrieval import QuestionRetriever
 from realm.model.tokenization import WordPieceTokenizer
-from realm.model.training.question_candidates import CandidateCache
+from realm.model.training.question_candidates import Candidates
 from realm.model.training.stage_settings import FinetuneConfig
 
 
@@ -63,21 +62,21 @@ def finetune_loss(
     blocks: BlockStore,
     entity_types: Callable[[int], list[int]],
     examples: Sequence[QAExample],
-    candidates: CandidateCache,
-    rows: np.ndarray,
+    candidates: Candidates,
     model_config: ModelConfig,
     config: FinetuneConfig,
     device: torch.device,
 ) -> tuple[torch.Tensor, StepStats]:
-    """Early-update retriever loss + joint reader loss of the questions `rows` (module
-    docstring), each a mean over the questions it is defined for; float32 scalar with graph.
+    """Early-update retriever loss + joint reader loss of the questions `examples`, whose
+    candidates are `candidates` (module docstring), each a mean over the questions it is
+    defined for; float32 scalar with graph.
     `entity_types`: a block's body wordpieces' entity types (`realm.model.qa.entity_types`)."""
-    size, read = len(rows), config.num_read
-    question_ids = question_wordpieces(tokenizer, [examples[r].question for r in rows], config.max_question_wordpieces)
-    block_ids, found = candidates.block_ids[rows], candidates.found[rows]  # [batch, candidates] x2
+    size, read = len(examples), config.num_read
+    question_ids = question_wordpieces(tokenizer, [e.question for e in examples], config.max_question_wordpieces)
+    block_ids, found = candidates.block_ids, candidates.found  # [batch, candidates] x2
     logits = retriever.score(question_ids, block_ids, found)  # [batch, candidates]; graph into the query tower
     found_mask = torch.from_numpy(found).to(device)
-    holds_answer = torch.from_numpy(candidates.holds_answer[rows]).to(device)  # [batch, candidates]
+    holds_answer = torch.from_numpy(candidates.holds_answer).to(device)  # [batch, candidates]
     if retriever.trainable_modules():
         retriever_loss = early_update_loss(logits, holds_answer, found_mask)
     else:  # BM25: nothing to train
@@ -96,7 +95,7 @@ def finetune_loss(
         model_config.max_span_wordpieces,
     )
     gold_mask = spans.gold_mask(
-        [candidates.gold[r][c] for i, r in enumerate(rows) for c in slot_rows[i]]
+        [candidates.gold[i][c] for i in range(size) for c in slot_rows[i]]
     ).to(device)  # [batch * read, spans]
     # Read as answering reads: each block with those of its padded length, not all padded to the
     # longest. Vital-article blocks are short (joint sequences ~80 wordpieces on average, the

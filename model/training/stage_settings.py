@@ -192,6 +192,11 @@ class FinetuneConfig(RetentionConfig):
     validation_fraction: float = Field(
         0.05, ge=0, lt=1, description="questions held out by hash and answered at each checkpoint to pick the best"
     )
+    retrieve_every_step: bool = Field(
+        False, description="join each step's questions' cached candidates to the current query tower's top "
+        "num_candidates (ORQA's per-step retrieval; dense only), so the blocks the tower comes to rank first are "
+        "scored against the answer's and can be read",
+    )
     max_question_wordpieces: int = MAX_QUESTION_WORDPIECES
 
     @model_validator(mode="after")

@@ -5,7 +5,9 @@ Retrieval runs once: each training question's candidates and their gold spans ar
 before the first step (`realm.model.training.question_candidates`); a question none of whose
 candidates holds an answer can teach neither the retriever nor the reader, so it is counted
 and left out of the batch stream, which then holds only questions that carry a loss (ORQA and
-DPR likewise train on questions whose answer was retrieved). Each step minimises the early
+DPR likewise train on questions whose answer was retrieved). With `retrieve_every_step`, a
+step's questions also take the current query tower's top blocks beside their cached ones
+(`FreshCandidates`). Each step minimises the early
 update plus the joint reader loss of a batch (`realm.model.training.finetune_loss`).
 
 `validation_fraction` of the questions (chosen by a hash of the question, so the same ones on
@@ -48,7 +50,9 @@ from realm.model.training.example_order import batch_rows
 from realm.model.training.finetune_loss import finetune_loss
 from realm.model.training.finetune_start import WARM_START, initial_components
 from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
-from realm.model.training.question_candidates import CandidateCache, join_candidates, retrieve_candidates
+from realm.model.training.question_candidates import (
+    CandidateCache, FreshCandidates, join_candidates, retrieve_candidates,
+)
 from realm.model.training.stage_inputs import json_digest, stage_inputs
 from realm.model.training.stage_settings import FinetuneConfig
 from realm.model.training.trainer import ProgressFn, Trainer
@@ -158,6 +162,10 @@ class FinetuneTrainer(Trainer):
             self.retriever, self.tokenizer, self.blocks, self.training, model_config, config, retrieved
         )
         self.rows = np.flatnonzero(self.candidates.holds_answer.any(axis=1))
+        self.fresh = (
+            FreshCandidates(self.candidates, self.tokenizer, self.blocks, self.training, model_config, config)
+            if dense and config.retrieve_every_step else None
+        )
         if len(self.rows) == 0:
             raise ValueError(
                 f"none of the {len(self.training)} training questions has an answer among its candidate blocks"
@@ -189,9 +197,10 @@ class FinetuneTrainer(Trainer):
         for module in [*self.retriever.trainable_modules(), self.reader]:
             module.train()
         batch = batch_rows(self.rows, self.config.batch_size, self.seed, self.step)
+        candidates = self.candidates.batch(batch) if self.fresh is None else self.fresh.batch(self.retriever, batch)
         loss, stats = finetune_loss(
-            self.retriever, self.reader, self.tokenizer, self.blocks, self.entity_types, self.training, self.candidates, batch,
-            self.model_config, self.config, self.device,
+            self.retriever, self.reader, self.tokenizer, self.blocks, self.entity_types, [self.training[r] for r in batch],
+            candidates, self.model_config, self.config, self.device,
         )
         self.final_loss = apply_update(loss, self.optimizer, self.scheduler, "fine-tuning", self.step + 1)
         if self.average is not None:

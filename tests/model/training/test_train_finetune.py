@@ -24,12 +24,12 @@ from realm.model.qa.entity_types import BlockEntityTypes
 from realm.model.qa.qa_data import QAExample
 from realm.model.qa.question_retrieval import DenseRetriever
 from realm.model.networks.reader import build_reader, reader_inputs
-from realm.model.qa.gold_spans import find_gold_spans
+from realm.model.qa.gold_spans import find_gold_spans, gold_spans
 from realm.model.networks.retriever import Embedder
 from realm.model.tokenization import join
 from realm.model.training.finetune_loss import finetune_loss, read_slots
 from realm.model.training.finetune_start import WARM_START
-from realm.model.training.question_candidates import CandidateCache
+from realm.model.training.question_candidates import CandidateCache, FreshCandidates, retrieve_candidates
 from realm.model.training.train_finetune import FinetuneTrainer, is_validation_question, validation_exact_match
 from tests.model.corpus_fixture import CORPUS
 
@@ -95,7 +95,7 @@ def test_loss_is_early_update_plus_the_joint_reader_loss_computed_by_brute_force
     candidates = _cache(retriever, tokenizer, blocks, [example], tiny_config)
     entity_types = BlockEntityTypes(blocks, tokenizer)
     loss, stats = finetune_loss(
-        retriever, reader, tokenizer, blocks, entity_types, [example], candidates, np.array([0]), tiny_config, CONFIG, CPU
+        retriever, reader, tokenizer, blocks, entity_types, [example], candidates.batch(np.array([0])), tiny_config, CONFIG, CPU
     )
 
     question_ids = tokenizer.encode(example.question)
@@ -150,7 +150,7 @@ def test_each_read_block_is_read_at_its_own_padded_length_with_the_padded_batchs
         retriever = DenseRetriever(query_embedder, index, tokenizer, tiny_config, CPU)
         candidates = _cache(retriever, tokenizer, blocks, examples, tiny_config)
         loss, _ = finetune_loss(
-            retriever, reader, tokenizer, blocks, BlockEntityTypes(blocks, tokenizer), examples, candidates, rows,
+            retriever, reader, tokenizer, blocks, BlockEntityTypes(blocks, tokenizer), examples, candidates.batch(rows),
             tiny_config, CONFIG, CPU,
         )
         loss.backward()
@@ -196,7 +196,8 @@ def test_gradients_reach_only_the_trained_towers_and_a_swapped_in_gold_block_is_
     # The Curie block is the only one holding 1903/1911; with one block read, it is read
     # whatever the untrained tower ranks first.
     loss, stats = finetune_loss(
-        retriever, reader, tokenizer, blocks, BlockEntityTypes(blocks, tokenizer), EXAMPLES, candidates, np.array([3]), tiny_config, config, CPU
+        retriever, reader, tokenizer, blocks, BlockEntityTypes(blocks, tokenizer), [EXAMPLES[3]], candidates.batch(np.array([3])),
+        tiny_config, config, CPU,
     )
     first = int(np.argmax(retriever.score([tokenizer.encode(EXAMPLES[3].question)], candidates.block_ids[[3]], candidates.found[[3]]).detach().numpy()))
     assert stats.without_answer_in_read == int(not candidates.holds_answer[3, first])
@@ -372,6 +373,53 @@ def test_a_questions_excluded_blocks_are_never_among_its_candidates(qa_corpus, t
     assert cloze.found[0].tolist() == [True] * 7 + [False]
     holding = {int(b) for b, held in zip(cloze.block_ids[0], cloze.holds_answer[0]) if held}
     assert holding == {11}  # "The Seine flows through Paris ..."
+
+
+def test_fresh_candidates_are_the_cached_ones_then_the_current_towers_top_blocks_the_cache_lacks(
+    qa_corpus, tokenizer, tiny_config, distinct_vectors_index
+):
+    """The cache holds the 2 blocks the tower ranks last; each step adds its 2 best, with their
+    gold spans; a block the cache already holds is not added twice."""
+    blocks = BlockStore.from_parquet(qa_corpus[0], with_text=True)
+    retriever = DenseRetriever(
+        build_component(Embedder, tiny_config).eval(), MipsIndex.load(distinct_vectors_index), tokenizer, tiny_config, CPU
+    )
+    config = CONFIG.model_copy(update={"num_read": 2, "num_candidates": 2})
+    ranked, _ = retrieve_candidates(retriever, tokenizer, EXAMPLES, 8, config)  # all 8 blocks, best first
+    last_two = ranked[:, :-3:-1].copy()
+    cache = CandidateCache.build(
+        retriever, tokenizer, blocks, EXAMPLES, tiny_config, config, (last_two, np.ones_like(last_two, dtype=bool))
+    )
+    fresh = FreshCandidates(cache, tokenizer, blocks, EXAMPLES, tiny_config, config).batch(retriever, np.array([0, 3]))
+    assert fresh.block_ids.tolist() == [[*last_two[r], *ranked[r, :2]] for r in (0, 3)]
+    assert fresh.found.all()
+    for i, r in enumerate((0, 3)):
+        expected = [gold_spans(tokenizer, blocks, int(b), EXAMPLES[r], tiny_config.max_span_wordpieces) for b in fresh.block_ids[i]]
+        assert fresh.gold[i] == expected
+        assert fresh.holds_answer[i].tolist() == [bool(g) for g in expected]
+
+    top_two = ranked[:, :2].copy()
+    cache = CandidateCache.build(
+        retriever, tokenizer, blocks, EXAMPLES, tiny_config, config, (top_two, np.ones_like(top_two, dtype=bool))
+    )
+    again = FreshCandidates(cache, tokenizer, blocks, EXAMPLES, tiny_config, config).batch(retriever, np.array([1]))
+    assert again.block_ids.tolist() == [[*top_two[1], -1, -1]] and again.found.tolist() == [[True, True, False, False]]
+
+
+def test_retrieving_every_step_changes_the_retriever_loss_and_resumes_exactly(qa_corpus, tmp_path, tiny_config):
+    """Two cached candidates per question: once the tower has moved, its new top blocks join
+    the softmax (the losses part from the cached-only run's); a crash after the step-2
+    checkpoint and a rerun give the uninterrupted run's later steps."""
+    base = CONFIG.model_copy(update={"epochs": 4, "batch_size": 1, "num_read": 2, "num_candidates": 2})
+    fresh_config = base.model_copy(update={"retrieve_every_step": True})
+    _, cached_log = _train(qa_corpus, tmp_path / "cached", tiny_config, base)
+    straight, straight_log = _train(qa_corpus, tmp_path / "fresh", tiny_config, fresh_config)
+    assert straight_log[0]["retriever_loss"] == pytest.approx(cached_log[0]["retriever_loss"], abs=1e-6)  # same tower
+    assert [m["retriever_loss"] for m in straight_log] != [m["retriever_loss"] for m in cached_log]
+    shutil.rmtree(straight["checkpoint"])
+    _, resumed_log = _train(qa_corpus, tmp_path / "fresh", tiny_config, fresh_config)
+    assert [m["step"] for m in resumed_log] == [m["step"] for m in straight_log[2:]]
+    assert [m["loss"] for m in resumed_log] == [m["loss"] for m in straight_log[2:]]
 
 
 def test_a_warmed_up_reader_starts_fine_tuning_whole_span_head_included(qa_corpus, tmp_path, tiny_config):
