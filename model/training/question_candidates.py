@@ -24,8 +24,8 @@ from realm.model.training.stage_settings import FinetuneConfig
 
 
 @dataclass
-class CandidateCache:
-    """Each question's candidates, retrieved once, and their gold spans."""
+class Candidates:
+    """Some questions' candidate blocks and their gold spans."""
 
     block_ids: np.ndarray  # [questions, candidates] int64, best first; -1 past the corpus's end
     found: np.ndarray  # [questions, candidates] bool
@@ -33,7 +33,13 @@ class CandidateCache:
     holds_answer: np.ndarray = field(init=False)  # [questions, candidates] bool: has a gold span
 
     def __post_init__(self) -> None:
-        self.holds_answer = _holds_answer(self.gold, self.found.shape)
+        self.holds_answer = np.array(
+            [[bool(spans) for spans in row] for row in self.gold], dtype=bool
+        ).reshape(self.found.shape)
+
+
+class CandidateCache(Candidates):
+    """Each training question's candidates, retrieved once, and their gold spans."""
 
     def batch(self, rows: np.ndarray) -> Candidates:
         """The cached candidates of questions `rows`."""
@@ -66,19 +72,6 @@ class CandidateCache:
             for example, row_ids, row_found in zip(examples, block_ids, found)
         ]
         return cls(block_ids, found, gold)
-
-
-@dataclass
-class Candidates:
-    """Some questions' candidate blocks and their gold spans, as `CandidateCache` holds them."""
-
-    block_ids: np.ndarray  # [n, candidates] int64, -1 where none
-    found: np.ndarray  # [n, candidates] bool
-    gold: list[list[list[tuple[int, int]]]]  # [n][candidates] body-relative (start, end)
-    holds_answer: np.ndarray = field(init=False)  # [n, candidates] bool
-
-    def __post_init__(self) -> None:
-        self.holds_answer = _holds_answer(self.gold, self.found.shape)
 
 
 class FreshCandidates:
@@ -119,10 +112,6 @@ class FreshCandidates:
                 self.tokenizer, self.blocks, block_id, self.examples[row], self.model_config.max_span_wordpieces
             )
         return self._gold[key]
-
-
-def _holds_answer(gold: list[list[list[tuple[int, int]]]], shape: tuple[int, int]) -> np.ndarray:
-    return np.array([[bool(spans) for spans in row] for row in gold], dtype=bool).reshape(shape)
 
 
 def retrieve_candidates(
