@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from realm.model.training.stage_settings import FinetuneConfig, IctConfig, PretrainConfig, ReaderWarmupConfig
 
@@ -68,6 +68,14 @@ class FinetuneParams(FinetuneConfig):
         0, ge=0, description="cloze questions from the run's salient-span sentences mixed into the training questions "
         "(never validated on; realm.model.training.cloze_questions)",
     )
+
+    @model_validator(mode="after")
+    def _dense_settings_need_the_dense_retriever(self) -> FinetuneParams:
+        # A BM25 run reads BM25's candidates and has no query tower: these would do nothing.
+        dense_only = [name for name in ("bm25_candidates", "retrieve_every_step") if getattr(self, name)]
+        if self.retriever == "bm25" and dense_only:
+            raise ValueError(f"{' and '.join(dense_only)} need retriever 'dense'; with 'bm25' they would do nothing")
+        return self
 
 
 class EvaluateParams(BaseModel):

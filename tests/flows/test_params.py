@@ -29,3 +29,13 @@ def test_the_default_run_preset_is_the_flow_default_but_for_what_it_says_it_chan
     default = PipelineParams.preset("default")
     assert (default.pretrain, default.warmup) == (PretrainParams(steps=0), ReaderWarmupParams(questions=0))
     assert (default.run, default.ict, default.finetune) == (PipelineParams().run, IctParams(), FinetuneParams())
+
+
+@pytest.mark.parametrize("setting", ["bm25_candidates=20", "retrieve_every_step=true"])
+def test_a_dense_only_fine_tuning_setting_with_the_bm25_retriever_is_refused(setting):
+    """A BM25 run has no query tower and reads BM25's candidates already: the setting would be
+    silently ignored, so it is refused by name instead."""
+    name = setting.partition("=")[0]
+    with pytest.raises(SystemExit, match=f"{name} need retriever 'dense'"):
+        _with_overrides(FinetuneParams(), ["retriever=bm25", setting])
+    assert getattr(_with_overrides(FinetuneParams(), [setting]), name)  # dense: accepted

@@ -3,6 +3,7 @@
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from realm.model.qa.qa_data import QAExample
 from realm.schemas import BLOCK_ENTITIES, BLOCKS, write_table
 from realm.schemas.run_layout import entities_beside
 
@@ -16,6 +17,13 @@ CORPUS = [
     (68, "Nile", "The Nile is a river in Africa, flowing north into the Mediterranean Sea."),
     (9001, "Photosynthesis", "Photosynthesis converts light energy into chemical energy in plants and algae."),
     (-3, "Beethoven", "Ludwig van Beethoven was a German composer; he became deaf later in life."),
+]
+# Questions the corpus answers, a regex answer among them.
+CORPUS_QUESTIONS = [
+    QAExample("What is the capital of France?", ["Paris"], "test"),
+    QAExample("Who wrote the first algorithm for the Analytical Engine?", ["Ada Lovelace"], "test"),
+    QAExample("Which river flows north into the Mediterranean Sea?", ["the Nile"], "test"),
+    QAExample("In which years did Marie Curie win Nobel Prizes?", [r"19(03|11)"], "trec", "regex"),
 ]
 
 

@@ -24,22 +24,16 @@ from realm.model.qa.entity_types import BlockEntityTypes
 from realm.model.qa.qa_data import QAExample
 from realm.model.qa.question_retrieval import DenseRetriever
 from realm.model.networks.reader import build_reader, reader_inputs
-from realm.model.qa.gold_spans import find_gold_spans, gold_spans
+from realm.model.qa.gold_spans import find_gold_spans
 from realm.model.networks.retriever import Embedder
 from realm.model.tokenization import join
 from realm.model.training.finetune_loss import finetune_loss, read_slots
 from realm.model.training.finetune_start import WARM_START
-from realm.model.training.question_candidates import CandidateCache, FreshCandidates, retrieve_candidates
+from realm.model.training.question_candidates import CandidateCache
 from realm.model.training.train_finetune import FinetuneTrainer, is_validation_question, validation_exact_match
-from tests.model.corpus_fixture import CORPUS
+from tests.model.corpus_fixture import CORPUS_QUESTIONS as EXAMPLES
 
 CPU = torch.device("cpu")
-EXAMPLES = [
-    QAExample("What is the capital of France?", ["Paris"], "test"),
-    QAExample("Who wrote the first algorithm for the Analytical Engine?", ["Ada Lovelace"], "test"),
-    QAExample("Which river flows north into the Mediterranean Sea?", ["the Nile"], "test"),
-    QAExample("In which years did Marie Curie win Nobel Prizes?", [r"19(03|11)"], "trec", "regex"),
-]
 UNANSWERABLE = QAExample("Who painted the Mona Lisa?", ["Leonardo da Vinci"], "test")
 # Every block of the 8-block corpus is a candidate and is read, so every answerable question
 # is answerable in its read blocks; no validation and no weight averaging unless a test asks for them.
@@ -47,14 +41,6 @@ CONFIG = FinetuneConfig(
     epochs=1, batch_size=3, learning_rate=1e-3, span_head_learning_rate=1e-3, warmup_fraction=0.25,
     checkpoint_every=2, log_every=1, num_read=8, num_candidates=8, validation_fraction=0, average_weights=False,
 )
-
-
-@pytest.fixture(scope="module")
-def distinct_vectors_index(tmp_path_factory, qa_corpus, blocks_table) -> str:
-    """An index of random Gaussian vectors: a random tiny doc tower embeds every block almost
-    alike, which leaves the query tower nothing to learn to rank by."""
-    vectors = np.random.default_rng(0).normal(size=(blocks_table.num_rows, 128)).astype(np.float32)
-    return str(MipsIndex.build(vectors, blocks_table["block_id"].to_numpy()).save(tmp_path_factory.mktemp("index"), 0))
 
 
 def _train(qa_corpus, root, tiny_config, config=CONFIG, examples=EXAMPLES, init_checkpoint=None, reader_init=None):
@@ -355,55 +341,6 @@ def test_bm25_fine_tuning_trains_the_reader_alone_and_checkpoints_only_it(qa_cor
     readers = [m["reader_loss"] for m in logged]
     assert np.mean(readers[-3:]) < 0.5 * np.mean(readers[:3])
     assert sorted(p.name for p in Path(result["checkpoint"]).iterdir() if p.is_dir()) == ["reader"]
-
-
-def test_a_questions_excluded_blocks_are_never_among_its_candidates(qa_corpus, tokenizer, tiny_config, distinct_vectors_index):
-    """A cloze question's own block (Paris's) is no candidate: the other seven are, in
-    retrieval order, and the answer it holds is found only where another block repeats it."""
-    blocks = BlockStore.from_parquet(qa_corpus[0], with_text=True)
-    retriever = DenseRetriever(
-        build_component(Embedder, tiny_config).eval(), MipsIndex.load(distinct_vectors_index), tokenizer, tiny_config, CPU
-    )
-    question = "what is the capital and largest city of France, on the river Seine."
-    free, excluded = QAExample(question, ["Paris"], "cloze"), QAExample(question, ["Paris"], "cloze", excluded_block_ids=(-7,))
-    everything, cloze = (_cache(retriever, tokenizer, blocks, [e], tiny_config) for e in (free, excluded))
-
-    assert sorted(everything.block_ids[0].tolist()) == sorted(b for b, _, _ in CORPUS)
-    assert cloze.block_ids[0].tolist() == [b for b in everything.block_ids[0].tolist() if b != -7] + [-1]
-    assert cloze.found[0].tolist() == [True] * 7 + [False]
-    holding = {int(b) for b, held in zip(cloze.block_ids[0], cloze.holds_answer[0]) if held}
-    assert holding == {11}  # "The Seine flows through Paris ..."
-
-
-def test_fresh_candidates_are_the_cached_ones_then_the_current_towers_top_blocks_the_cache_lacks(
-    qa_corpus, tokenizer, tiny_config, distinct_vectors_index
-):
-    """The cache holds the 2 blocks the tower ranks last; each step adds its 2 best, with their
-    gold spans; a block the cache already holds is not added twice."""
-    blocks = BlockStore.from_parquet(qa_corpus[0], with_text=True)
-    retriever = DenseRetriever(
-        build_component(Embedder, tiny_config).eval(), MipsIndex.load(distinct_vectors_index), tokenizer, tiny_config, CPU
-    )
-    config = CONFIG.model_copy(update={"num_read": 2, "num_candidates": 2})
-    ranked, _ = retrieve_candidates(retriever, tokenizer, EXAMPLES, 8, config)  # all 8 blocks, best first
-    last_two = ranked[:, :-3:-1].copy()
-    cache = CandidateCache.build(
-        retriever, tokenizer, blocks, EXAMPLES, tiny_config, config, (last_two, np.ones_like(last_two, dtype=bool))
-    )
-    fresh = FreshCandidates(cache, tokenizer, blocks, EXAMPLES, tiny_config, config).batch(retriever, np.array([0, 3]))
-    assert fresh.block_ids.tolist() == [[*last_two[r], *ranked[r, :2]] for r in (0, 3)]
-    assert fresh.found.all()
-    for i, r in enumerate((0, 3)):
-        expected = [gold_spans(tokenizer, blocks, int(b), EXAMPLES[r], tiny_config.max_span_wordpieces) for b in fresh.block_ids[i]]
-        assert fresh.gold[i] == expected
-        assert fresh.holds_answer[i].tolist() == [bool(g) for g in expected]
-
-    top_two = ranked[:, :2].copy()
-    cache = CandidateCache.build(
-        retriever, tokenizer, blocks, EXAMPLES, tiny_config, config, (top_two, np.ones_like(top_two, dtype=bool))
-    )
-    again = FreshCandidates(cache, tokenizer, blocks, EXAMPLES, tiny_config, config).batch(retriever, np.array([1]))
-    assert again.block_ids.tolist() == [[*top_two[1], -1, -1]] and again.found.tolist() == [[True, True, False, False]]
 
 
 def test_retrieving_every_step_changes_the_retriever_loss_and_resumes_exactly(qa_corpus, tmp_path, tiny_config):
