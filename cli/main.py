@@ -14,6 +14,8 @@ import os
 import sys
 from typing import get_args
 
+from pydantic import ValidationError
+
 from realm.flows.params import ModelPreset, RunPreset
 
 # The ephemeral Prefect server's telemetry writes race the first flow run for the SQLite lock
@@ -173,8 +175,15 @@ def _with_overrides(stage, assignments: list[str]):
             values[field] = value
     try:
         return type(stage).model_validate(values)
-    except ValueError as error:
-        raise SystemExit(f"--param: {error}") from None
+    except ValidationError as error:
+        raise SystemExit(f"--param: {'; '.join(_reason(e) for e in error.errors())}") from None
+
+
+def _reason(error: dict) -> str:
+    """One pydantic error as "field: reason", a check across fields by its own message alone
+    (pydantic prefixes a raised ValueError's message with "Value error, ")."""
+    reason = str(error["ctx"]["error"]) if error["type"] == "value_error" else error["msg"]
+    return f"{'.'.join(map(str, error['loc']))}: {reason}" if error["loc"] else reason
 
 
 def _evaluate(args: argparse.Namespace, extra: list[str]) -> int:

@@ -74,7 +74,8 @@ class FinetuneParams(FinetuneConfig):
         # A BM25 run reads BM25's candidates and has no query tower: these would do nothing.
         dense_only = [name for name in ("bm25_candidates", "retrieve_every_step") if getattr(self, name)]
         if self.retriever == "bm25" and dense_only:
-            raise ValueError(f"{' and '.join(dense_only)} need retriever 'dense'; with 'bm25' they would do nothing")
+            verb, they = ("needs", "it") if len(dense_only) == 1 else ("need", "they")
+            raise ValueError(f"{' and '.join(dense_only)} {verb} retriever 'dense'; with 'bm25' {they} would do nothing")
         return self
 
 

@@ -36,6 +36,12 @@ def test_a_dense_only_fine_tuning_setting_with_the_bm25_retriever_is_refused(set
     """A BM25 run has no query tower and reads BM25's candidates already: the setting would be
     silently ignored, so it is refused by name instead."""
     name = setting.partition("=")[0]
-    with pytest.raises(SystemExit, match=f"{name} need retriever 'dense'"):
+    with pytest.raises(SystemExit, match=f"^--param: {name} needs retriever 'dense'; with 'bm25' it would do nothing$"):
         _with_overrides(FinetuneParams(), ["retriever=bm25", setting])
     assert getattr(_with_overrides(FinetuneParams(), [setting]), name)  # dense: accepted
+
+
+def test_both_dense_only_settings_with_the_bm25_retriever_are_named_in_one_line():
+    with pytest.raises(SystemExit, match="^--param: bm25_candidates and retrieve_every_step need retriever 'dense'; with "
+                       "'bm25' they would do nothing$"):
+        _with_overrides(FinetuneParams(), ["retriever=bm25", "bm25_candidates=20", "retrieve_every_step=true"])

@@ -20,6 +20,11 @@ CONFIG = FinetuneConfig(num_read=1, num_candidates=2)
 EVERY_BLOCK = FinetuneConfig(num_read=8, num_candidates=8)  # the tiny corpus has 8 blocks
 
 
+def _random_dense_retriever(index_path: str, tokenizer, tiny_config) -> DenseRetriever:
+    """A random tiny query tower over `index_path`."""
+    return DenseRetriever(build_component(Embedder, tiny_config).eval(), MipsIndex.load(index_path), tokenizer, tiny_config, CPU)
+
+
 def test_joined_candidates_append_the_second_list_without_its_repeats():
     first = np.array([[5, 7], [1, -1]]), np.array([[True, True], [True, False]])
     second = np.array([[7, 9, 4], [-1, 1, 3]]), np.array([[True, True, True], [False, True, True]])
@@ -32,10 +37,7 @@ def test_bm25_candidates_joined_to_others_find_the_answers_those_miss(qa_corpus,
     blocks_path = qa_corpus[0]
     blocks = BlockStore.from_parquet(blocks_path, with_text=True)
     bm25 = Bm25Retriever(Bm25Index.from_blocks(blocks_path), CPU)
-    examples = [
-        QAExample("Which river flows north into the Mediterranean Sea?", ["the Nile"], "test"),
-        QAExample("Who wrote the first algorithm for the Analytical Engine?", ["Ada Lovelace"], "test"),
-    ]
+    examples = [CORPUS_QUESTIONS[2], CORPUS_QUESTIONS[1]]  # the Nile, Ada Lovelace
     # Stand-ins for a query tower that misses: each question's candidates are two blocks without its answer.
     missed = np.array([[9001, -3], [23, -7]]), np.ones((2, 2), dtype=bool)
     alone = CandidateCache.build(bm25, tokenizer, blocks, examples, tiny_config, CONFIG, missed)
@@ -52,9 +54,7 @@ def test_a_questions_excluded_blocks_are_never_among_its_candidates(qa_corpus, t
     """A cloze question's own block (Paris's) is no candidate: the other seven are, in
     retrieval order, and the answer it holds is found only where another block repeats it."""
     blocks = BlockStore.from_parquet(qa_corpus[0], with_text=True)
-    retriever = DenseRetriever(
-        build_component(Embedder, tiny_config).eval(), MipsIndex.load(distinct_vectors_index), tokenizer, tiny_config, CPU
-    )
+    retriever = _random_dense_retriever(distinct_vectors_index, tokenizer, tiny_config)
     question = "what is the capital and largest city of France, on the river Seine."
     free, excluded = QAExample(question, ["Paris"], "cloze"), QAExample(question, ["Paris"], "cloze", excluded_block_ids=(-7,))
     everything, cloze = (CandidateCache.build(retriever, tokenizer, blocks, [e], tiny_config, EVERY_BLOCK) for e in (free, excluded))
@@ -72,9 +72,7 @@ def test_fresh_candidates_are_the_cached_ones_then_the_current_towers_top_blocks
     """The cache holds the 2 blocks the tower ranks last; each step adds its 2 best, with their
     gold spans; a block the cache already holds is not added twice."""
     blocks = BlockStore.from_parquet(qa_corpus[0], with_text=True)
-    retriever = DenseRetriever(
-        build_component(Embedder, tiny_config).eval(), MipsIndex.load(distinct_vectors_index), tokenizer, tiny_config, CPU
-    )
+    retriever = _random_dense_retriever(distinct_vectors_index, tokenizer, tiny_config)
     config = FinetuneConfig(num_read=2, num_candidates=2)
     ranked, _ = retrieve_candidates(retriever, tokenizer, CORPUS_QUESTIONS, 8, config)  # all 8 blocks, best first
     last_two = ranked[:, :-3:-1].copy()
