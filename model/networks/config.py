@@ -35,6 +35,8 @@ class ModelConfig:
     the slow attention path on CPU, ~2.3x a reader step, hidden dropout ~20%: `bench/reader_dropout.py`). `cpu_bf16_autocast`: run forward passes under bf16 autocast on CPU too (on CUDA
     bf16 autocast is always on where the GPU supports it). `retrieval_pooling`: what a
     retriever tower projects, the final [CLS] state or the mean of its tokens' states.
+    `retrieval_scale`: None scores blocks by the inner product of the towers' projections
+    (REALM's f(x,z)); a number s scales each projection to length √s, so f(x,z) = s · cos.
     """
 
     model_dir: str | None
@@ -44,6 +46,7 @@ class ModelConfig:
     cpu_bf16_autocast: bool = False
     retrieval_dim: int = EMBEDDING_DIM
     retrieval_pooling: Literal["cls", "mean"] = "cls"
+    retrieval_scale: float | None = None
     span_hidden_size: int = 256
     max_span_wordpieces: int = 10
     # Shape of a randomly initialised BERT (ignored when warm-starting from model_dir).
@@ -85,6 +88,7 @@ class ModelConfig:
             )
         config.retrieval_dim = self.retrieval_dim
         config.retrieval_pooling = self.retrieval_pooling
+        config.retrieval_scale = self.retrieval_scale
         config.span_hidden_size = self.span_hidden_size
         config.max_span_wordpieces = self.max_span_wordpieces
         return config

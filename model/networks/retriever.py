@@ -8,10 +8,15 @@ A tower pools the final [CLS] state (REALM's choice) or, with `retrieval_pooling
 the mean over its real tokens: the pooling the MiniLM sentence encoder was trained with, so
 its retrieval geometry survives the warm start. `fit_projection_pca` then sets the 128-d
 projection to the top principal directions of pooled block vectors (centred), where a random
-projection would scramble that geometry.
+projection would scramble that geometry. The sentence encoder was also trained on cosine
+similarity (scaled by 20 in its softmax): with `retrieval_scale` each tower's projection is
+scaled to length √s, so the inner product the index searches is s · cos and no block wins
+every question by the length of its vector.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -35,6 +40,11 @@ class Embedder(BertPreTrainedModel):
         # Checkpoints written before the option existed pooled [CLS].
         return getattr(self.config, "retrieval_pooling", "cls")
 
+    @property
+    def scale(self) -> float | None:
+        # Checkpoints written before the option existed scored by the plain inner product.
+        return getattr(self.config, "retrieval_scale", None)
+
     def pooled(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
     ) -> torch.Tensor:
@@ -50,7 +60,10 @@ class Embedder(BertPreTrainedModel):
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
     ) -> torch.Tensor:
-        return self.projection(self.pooled(input_ids, attention_mask, token_type_ids))  # [n, retrieval_dim]
+        projected = self.projection(self.pooled(input_ids, attention_mask, token_type_ids))  # [n, retrieval_dim]
+        if self.scale is None:
+            return projected
+        return nn.functional.normalize(projected.float(), dim=-1) * math.sqrt(self.scale)
 
 
 class Retriever(nn.Module):

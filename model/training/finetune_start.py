@@ -50,11 +50,12 @@ def initial_components(
             if "query_embedder" not in init:
                 raise ValueError(f"{init_checkpoint}: no query_embedder to fine-tune")
             source = init["query_embedder"]
-            # Depth and pooling are the checkpoint's (a sentence-encoder start may be deeper
-            # than the preset, and must embed questions as its doc tower embedded the index);
-            # dropout and precision stay the preset's.
+            # Depth, pooling and scale are the checkpoint's (a sentence-encoder start may be
+            # deeper than the preset, and must embed questions as its doc tower embedded the
+            # index); dropout and precision stay the preset's.
             tower_config = dataclasses.replace(
-                model_config, num_layers=source.config.num_hidden_layers, retrieval_pooling=source.pooling
+                model_config, num_layers=source.config.num_hidden_layers, retrieval_pooling=source.pooling,
+                retrieval_scale=source.scale,
             )
             components["query_embedder"] = build_component(Embedder, tower_config)
             _load_into(components["query_embedder"], source, init_checkpoint, "query_embedder")

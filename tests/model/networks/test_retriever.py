@@ -1,3 +1,4 @@
+import dataclasses
 import logging
 
 import pytest
@@ -80,9 +81,27 @@ def test_mean_pooling_ignores_padding(tokenizer):
     assert not torch.allclose(embedder.projection(cls_state), alone)
 
 
-def test_pooling_survives_save_pretrained(tmp_path):
-    build_retriever(ModelConfig.preset("tiny", retrieval_pooling="mean")).doc_embedder.save_pretrained(tmp_path)
-    assert Embedder.from_pretrained(tmp_path).pooling == "mean"
+def test_pooling_and_scale_survive_save_pretrained(tmp_path):
+    build_retriever(ModelConfig.preset("tiny", retrieval_pooling="mean", retrieval_scale=20.0)).doc_embedder.save_pretrained(tmp_path)
+    loaded = Embedder.from_pretrained(tmp_path)
+    assert loaded.pooling == "mean" and loaded.scale == 20.0
+
+
+def test_a_scaled_tower_scores_by_scale_times_cosine(tiny_config, tokenizer):
+    """With retrieval_scale s every embedding has length √s, so inner products (what the index
+    searches) are s times the cosine of the unscaled projections."""
+    plain = build_retriever(tiny_config)
+    scaled = build_retriever(dataclasses.replace(tiny_config, retrieval_scale=20.0))
+    scaled.load_state_dict(plain.state_dict())
+    queries = _queries(tokenizer).as_kwargs()
+    blocks = pad_batch([join(tokenizer, tokenizer.encode(text)) for text in ("the nile", "mount everest")], tokenizer.pad_id).as_kwargs()
+    plain.eval(), scaled.eval()
+    with torch.no_grad():
+        q, d = scaled.query_embedder(**queries), scaled.doc_embedder(**blocks)
+        q0, d0 = plain.query_embedder(**queries), plain.doc_embedder(**blocks)
+    torch.testing.assert_close(q.norm(dim=-1), torch.full((len(q),), 20.0**0.5))
+    cosine = torch.nn.functional.normalize(q0, dim=-1) @ torch.nn.functional.normalize(d0, dim=-1).T
+    torch.testing.assert_close(q @ d.T, 20.0 * cosine, rtol=1e-4, atol=1e-4)
 
 
 def test_pca_projection_keeps_centred_inner_products(tiny_config):
@@ -110,8 +129,9 @@ def test_pca_projection_needs_enough_vectors_of_enough_dimensions(tiny_config):
         fit_projection_pca([narrow], torch.randn(300, 64))
 
 
-def test_checkpoints_from_before_the_pooling_option_pool_cls(tmp_path, tiny_config):
+def test_checkpoints_from_before_the_pooling_and_scale_options_pool_cls_and_score_inner_products(tmp_path, tiny_config):
     embedder = build_retriever(tiny_config).doc_embedder
-    del embedder.config.retrieval_pooling
+    del embedder.config.retrieval_pooling, embedder.config.retrieval_scale
     embedder.save_pretrained(tmp_path)
-    assert Embedder.from_pretrained(tmp_path).pooling == "cls"
+    loaded = Embedder.from_pretrained(tmp_path)
+    assert loaded.pooling == "cls" and loaded.scale is None

@@ -296,16 +296,16 @@ def test_the_checkpoint_fine_tuning_started_from_outlives_pretraining_retention(
     assert sorted(p.name for p in (tmp_path / "pretrain").iterdir()) == ["100", "300"]
 
 
-def test_the_query_tower_keeps_the_depth_and_pooling_of_its_checkpoint(qa_corpus, tmp_path, tiny_config):
-    """A sentence-encoder start (deeper than the preset, mean-pooled) fine-tunes as it was built."""
-    tower_config = dataclasses.replace(tiny_config, num_layers=3, retrieval_pooling="mean", dropout=0.0)
+def test_the_query_tower_keeps_the_depth_pooling_and_scale_of_its_checkpoint(qa_corpus, tmp_path, tiny_config):
+    """A sentence-encoder start (deeper than the preset, mean-pooled, scaled) fine-tunes as it was built."""
+    tower_config = dataclasses.replace(tiny_config, num_layers=3, retrieval_pooling="mean", retrieval_scale=20.0, dropout=0.0)
     towers = {name: build_component(Embedder, tower_config) for name in ("query_embedder", "doc_embedder")}
     init = save_checkpoint(tmp_path / "ict", 0, towers)
     result, _ = _train(
         qa_corpus, tmp_path / "finetune", tiny_config, CONFIG.model_copy(update={"epochs": 0}), init_checkpoint=str(init)
     )
     query_tower = load_components(result["checkpoint"])["query_embedder"]
-    assert query_tower.pooling == "mean" and query_tower.config.num_hidden_layers == 3
+    assert query_tower.pooling == "mean" and query_tower.scale == 20.0 and query_tower.config.num_hidden_layers == 3
     assert query_tower.config.hidden_dropout_prob == tiny_config.dropout  # the preset's, not the checkpoint's
 
 

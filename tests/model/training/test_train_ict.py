@@ -136,16 +136,18 @@ def test_a_finished_run_returns_its_evaluation_without_training(ict_examples_pat
 
 
 def test_sentence_encoder_start_publishes_mean_pooled_pca_towers_without_training(ict_examples_path, tmp_path):
-    """steps = 0 with tower_layers / tower_pooling / projection_init: the towers are published
-    as built, mean-pooled, with a projection whose rows are orthonormal principal directions
+    """steps = 0 with tower_layers / tower_pooling / projection_init / tower_scale: the towers are
+    published as built, mean-pooled and scaled, with a projection whose rows are orthonormal principal directions
     and the same in both towers."""
-    config = CONFIG.model_copy(update=dict(steps=0, tower_layers=1, tower_pooling="mean", projection_init="pca"))
+    config = CONFIG.model_copy(
+        update=dict(steps=0, tower_layers=1, tower_pooling="mean", projection_init="pca", tower_scale=20.0)
+    )
     model_config = ModelConfig.preset("tiny", retrieval_dim=8)  # PCA to 8-d needs >= 8 of the 16 contexts
     result, logged = _train(ict_examples_path, tmp_path, model_config, config)
     assert logged == [] and result["step"] == 0 and Path(result["checkpoint"]).name == "0"
     towers = load_components(result["checkpoint"])
     for tower in towers.values():
-        assert tower.pooling == "mean" and tower.config.num_hidden_layers == 1
+        assert tower.pooling == "mean" and tower.scale == 20.0 and tower.config.num_hidden_layers == 1
         weight = tower.projection.weight
         torch.testing.assert_close(weight @ weight.T, torch.eye(8), atol=1e-4, rtol=0)
     torch.testing.assert_close(towers["query_embedder"].projection.bias, towers["doc_embedder"].projection.bias)
