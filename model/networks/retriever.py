@@ -10,8 +10,8 @@ its retrieval geometry survives the warm start. `fit_projection_pca` then sets t
 projection to the top principal directions of pooled block vectors (centred), where a random
 projection would scramble that geometry. The sentence encoder was also trained on cosine
 similarity (scaled by 20 in its softmax): with `retrieval_scale` each tower's projection is
-scaled to length √s, so the inner product the index searches is s · cos and no block wins
-every question by the length of its vector.
+scaled to length √s, so the inner product the index searches is s · cos and a block's
+vector length no longer counts in its score.
 """
 
 from __future__ import annotations

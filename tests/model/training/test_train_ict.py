@@ -137,8 +137,8 @@ def test_a_finished_run_returns_its_evaluation_without_training(ict_examples_pat
 
 def test_sentence_encoder_start_publishes_mean_pooled_pca_towers_without_training(ict_examples_path, tmp_path):
     """steps = 0 with tower_layers / tower_pooling / projection_init / tower_scale: the towers are
-    published as built, mean-pooled and scaled, with a projection whose rows are orthonormal principal directions
-    and the same in both towers."""
+    published as built, mean-pooled and scaled, with a projection whose rows are orthonormal
+    principal directions and the same in both towers."""
     config = CONFIG.model_copy(
         update=dict(steps=0, tower_layers=1, tower_pooling="mean", projection_init="pca", tower_scale=20.0)
     )
