@@ -8,21 +8,44 @@ would cost ~100x the memory and the vocabulary matmul of every other position fo
 from __future__ import annotations
 
 import torch
-from transformers import BertForMaskedLM
+from torch import nn
+from transformers import BertConfig, BertForMaskedLM
 
 from realm.model.networks.config import ModelConfig, build_component
 from realm.model.networks.inputs import BertInputs
 
 
 class KnowledgeAugmentedEncoder(BertForMaskedLM):
-    """BertForMaskedLM (output embedding tied to the input one) scoring masked targets."""
+    """BertForMaskedLM (output embedding tied to the input one) scoring masked targets, with
+    the reader's learned vector for block wordpieces the masked sentence also says
+    (`question_match`, `realm.model.networks.question_match`), added where the inputs carry
+    flags. It starts at zero (a checkpoint saved without it loads it as zero), and fine-tuning
+    hands it to the reader with the encoder's BERT (`realm.model.training.finetune_start`)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.question_match = nn.Embedding(2, config.hidden_size, padding_idx=0)  # row 0: no match, nothing added
+        nn.init.zeros_(self.question_match.weight)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if module is getattr(self, "question_match", None):
+            nn.init.zeros_(module.weight)
 
     def masked_log_probs(
         self, joint: BertInputs, mlm_positions: torch.Tensor, mlm_mask: torch.Tensor
     ) -> torch.Tensor:
         """log p(v|z,x) over the vocabulary at every real masked slot, float32 [masked, vocab],
-        slots in `mlm_mask.nonzero()` order (arguments as in `masked_log_likelihood`)."""
-        hidden = self.bert(**joint.as_kwargs()).last_hidden_state  # [n, length, hidden]
+        slots in `mlm_mask.nonzero()` order (arguments as in `masked_log_likelihood`; the
+        `question_match` vector is added where `joint.question_match` flags a wordpiece)."""
+        if joint.question_match is None:
+            hidden = self.bert(**joint.as_kwargs()).last_hidden_state  # [n, length, hidden]
+        else:
+            embeddings = self.bert.embeddings.word_embeddings(joint.input_ids)
+            embeddings = embeddings + self.question_match(joint.question_match).to(embeddings.dtype)
+            hidden = self.bert(
+                inputs_embeds=embeddings, attention_mask=joint.attention_mask, token_type_ids=joint.token_type_ids
+            ).last_hidden_state
         rows, slots = mlm_mask.nonzero(as_tuple=True)  # [masked], [masked]
         masked_hidden = hidden[rows, mlm_positions[rows, slots]]  # [masked, hidden]
         return torch.log_softmax(self.cls(masked_hidden).float(), dim=-1)  # [masked, vocab]

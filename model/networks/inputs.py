@@ -103,6 +103,14 @@ def pad_batch(sequences: Sequence[tuple[list[int], list[int]]], pad_id: int, len
     return BertInputs(input_ids, attention_mask, token_type_ids)
 
 
+def body_positions(joint: BertInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """([n] position of each row's first body wordpiece, [n] body wordpieces) of padded
+    `[CLS] x [SEP] z_body [SEP]` inputs, the body as `join` kept it (length 0 for the null
+    document)."""
+    body_lengths = joint.token_type_ids.sum(dim=1) - 1  # type-1 tokens: body + [SEP]
+    return joint.attention_mask.sum(dim=1) - body_lengths - 1, body_lengths
+
+
 def length_sorted_groups(lengths: Sequence[int], group_size: int) -> list[np.ndarray]:
     """Row indices grouped into batches of `group_size` by ascending length, so each padded
     batch holds sequences of similar length (a null document padded to 288 costs as much

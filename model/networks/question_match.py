@@ -1,5 +1,6 @@
 """Which block wordpieces belong to a word the question also says: the reader's exact-match
-input feature (DrQA's, Chen et al. 2017).
+input feature (DrQA's, Chen et al. 2017), and the knowledge-augmented encoder's with the
+masked sentence as the question.
 
 A reader trained on ~1.4k questions learns which spans look like answers faster than it
 learns to align a question with the block through attention: it answered "1911" for the
@@ -17,8 +18,10 @@ import functools
 from collections.abc import Sequence
 
 import Stemmer
+import torch
 
 from realm.model.networks.bm25s_on_cpu import STOPWORDS_EN
+from realm.model.networks.inputs import BertInputs, body_positions
 from realm.model.tokenization import WordPieceTokenizer
 
 CONTINUATION = "##"
@@ -71,4 +74,24 @@ def question_word_matches(tokenizer: WordPieceTokenizer, asked: set[str], body_i
     for _, stem, first, end in stemmed_words(tokenizer.convert_ids_to_tokens(list(body_ids))):
         if stem in asked:
             flags[first:end] = [1] * (end - first)
+    return flags
+
+
+def question_match_flags(
+    tokenizer: WordPieceTokenizer, joint: BertInputs, question_and_body_ids: Sequence[tuple[Sequence[int], Sequence[int]]]
+) -> torch.Tensor:
+    """[n, length] int64 `question_word_matches` of each row of the padded `[CLS] q [SEP] z_body
+    [SEP]` inputs `joint` (one (question, body) pair a row), at the body's positions as `join`
+    kept it; 0 elsewhere and for the null document's empty body."""
+    body_starts, body_lengths = body_positions(joint)
+    flags = torch.zeros_like(joint.input_ids)
+    asked: dict[tuple[int, ...], set[str]] = {}  # each question's stems, once for all the blocks it reads
+    for row, (start, length) in enumerate(zip(body_starts.tolist(), body_lengths.tolist())):
+        question, body = question_and_body_ids[row]
+        key = tuple(question)
+        if key not in asked:
+            asked[key] = question_stems(tokenizer, question)
+        flags[row, start : start + length] = torch.tensor(
+            question_word_matches(tokenizer, asked[key], body[:length]), dtype=torch.long
+        )
     return flags

@@ -25,9 +25,9 @@ from transformers import BertConfig, BertModel, BertPreTrainedModel
 
 from realm.model.networks.config import ModelConfig, build_component
 from realm.model.networks.entity_types import NUM_ENTITY_TYPES
-from realm.model.networks.inputs import BertInputs, joint_sequence, pad_batch, same_padded_length_groups
+from realm.model.networks.inputs import BertInputs, body_positions, joint_sequence, pad_batch, same_padded_length_groups
 from realm.model.networks.marginal import LOG_ZERO, as_float32_or_wider, mask_log_scores, masked_logsumexp
-from realm.model.networks.question_match import question_stems, question_word_matches
+from realm.model.networks.question_match import question_match_flags
 from realm.model.tokenization import WordPieceTokenizer
 
 
@@ -98,20 +98,12 @@ def reader_inputs(
     body as `join` actually kept it."""
     if len(entity_types) != len(question_and_body_ids):
         raise ValueError(f"{len(entity_types)} entity-type lists for {len(question_and_body_ids)} (question, block) pairs")
-    sequences = [joint_sequence(tokenizer, q, body) for q, body in question_and_body_ids]
-    body_lengths = torch.tensor([sum(types) - 1 for _, types in sequences])  # type-1 tokens: body + [SEP]
-    body_starts = torch.tensor([len(ids) for ids, _ in sequences]) - body_lengths - 1
-    joint = pad_batch(sequences, tokenizer.pad_id)
-    joint.question_match = torch.zeros_like(joint.input_ids)
+    joint = pad_batch([joint_sequence(tokenizer, q, body) for q, body in question_and_body_ids], tokenizer.pad_id)
+    body_starts, body_lengths = body_positions(joint)
+    joint.question_match = question_match_flags(tokenizer, joint, question_and_body_ids)
     joint.entity_types = torch.zeros_like(joint.input_ids)
-    asked: dict[tuple[int, ...], set[str]] = {}  # each question's stems, once for all the blocks it reads
     for row, (start, length) in enumerate(zip(body_starts.tolist(), body_lengths.tolist())):
-        question, body = question_and_body_ids[row]
-        key = tuple(question)
-        if key not in asked:
-            asked[key] = question_stems(tokenizer, question)
-        flags = question_word_matches(tokenizer, asked[key], body[:length])
-        joint.question_match[row, start : start + length] = torch.tensor(flags, dtype=torch.long)
+        _, body = question_and_body_ids[row]
         if len(entity_types[row]) != len(body):
             raise ValueError(f"pair {row}: {len(entity_types[row])} entity types for a body of {len(body)} wordpieces")
         joint.entity_types[row, start : start + length] = torch.tensor(entity_types[row][:length], dtype=torch.long)

@@ -36,7 +36,8 @@ def initial_components(
 ) -> dict[str, PreTrainedModel]:
     """reader (and query_embedder when `with_query_embedder`) of a fresh run (module
     docstring): a `reader_init` holding a reader (a warm-up's) gives the whole reader, span MLP
-    included; one holding an encoder gives the reader's BERT, under a fresh span MLP. The
+    included; one holding an encoder gives the reader's BERT and question-match vector, under
+    a fresh span MLP. The
     reader's hidden states drop out at `reader_dropout` (None: the preset's dropout); its saved
     config keeps that rate, so a resumed run trains with it too."""
     reader_config = model_config if reader_dropout is None else dataclasses.replace(model_config, hidden_dropout=reader_dropout)
@@ -65,6 +66,8 @@ def initial_components(
             _load_into(components["reader"], init["reader"], reader_init, "reader")
         elif "encoder" in init:
             _load_into(components["reader"].bert, init["encoder"].bert, reader_init, "encoder")
+            # Zero unless pre-training flagged the masked sentence's words for it.
+            _load_into(components["reader"].question_match, init["encoder"].question_match, reader_init, "encoder")
         else:
             log.info("%s has no encoder; the reader starts from %s", reader_init, model_config.model_dir or "random init")
     return {name: component.to(device) for name, component in components.items()}

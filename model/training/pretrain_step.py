@@ -28,6 +28,7 @@ from realm.model.networks.inputs import (
     pad_batch,
 )
 from realm.model.networks.marginal import mask_log_scores, marginal_log_likelihood
+from realm.model.networks.question_match import question_match_flags
 from realm.model.index.mips import BruteForceIndex, MipsIndex
 from realm.model.networks.retriever import Retriever, relevance_scores
 from realm.model.tokenization import MAX_PRETRAIN_QUERY_WORDPIECES, WordPieceTokenizer, join
@@ -204,13 +205,18 @@ def encoder_log_likelihood(
     candidates: Candidates,
     device: torch.device,
     micro_batch: int = CPU_MICRO_BATCH,
+    mark_sentence_words: bool = False,
 ) -> torch.Tensor:
     """log p(y|z,x) of every (example, candidate), [batch, k] float32.
 
     Joint inputs are `[CLS] masked x [SEP] z_body [SEP]` (`[CLS] x [SEP] [SEP]` for the null
-    document and padding), run in length-sorted micro-batches of `micro_batch`.
+    document and padding), run in length-sorted micro-batches of `micro_batch`. With
+    `mark_sentence_words`, each body wordpiece inside a word the masked sentence says is
+    flagged for the encoder's `question_match` vector, as the reader flags the question's.
     """
-    return _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, micro_batch, keep_log_probs=False)
+    return _encoder_forward(
+        encoder, tokenizer, blocks, batch, candidates, device, micro_batch, mark_sentence_words, keep_log_probs=False
+    )
 
 
 def encoder_log_probs(
@@ -221,28 +227,35 @@ def encoder_log_probs(
     candidates: Candidates,
     device: torch.device,
     micro_batch: int = CPU_MICRO_BATCH,
+    mark_sentence_words: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log p(y|z,x) [batch, k] as `encoder_log_likelihood`, and log p(v|z,x) over the whole
     vocabulary at each masked slot [batch, k, max_masks, vocab] float32, detached, 0 at unused
     slots) from one forward: the second gives argmax predictions (MLM accuracy) for free."""
-    return _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, micro_batch, keep_log_probs=True)
+    return _encoder_forward(
+        encoder, tokenizer, blocks, batch, candidates, device, micro_batch, mark_sentence_words, keep_log_probs=True
+    )
 
 
-def _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, micro_batch: int, keep_log_probs: bool):
+def _encoder_forward(
+    encoder, tokenizer, blocks, batch, candidates, device, micro_batch: int, mark_sentence_words: bool, keep_log_probs: bool
+):
     size, k = candidates.block_ids.shape
     real = _real_slots(candidates)
-    sequences = [
-        joint_sequence(
-            tokenizer,
+    pairs = [
+        (
             batch.masked_query_ids[row],
             blocks.body_ids(int(candidates.block_ids[row, slot])) if real[row, slot] else [],
         )
         for row in range(size)
         for slot in range(k)
     ]
+    sequences = [joint_sequence(tokenizer, query, body) for query, body in pairs]
     example = np.repeat(np.arange(size), k)  # [batch * k] example of each sequence
 
     def forward(inputs: BertInputs, rows: np.ndarray):
+        if mark_sentence_words:
+            inputs.question_match = question_match_flags(tokenizer, inputs, [pairs[r] for r in rows])
         of_example = torch.from_numpy(example[rows])
         mlm_mask = batch.mlm_mask[of_example].to(device)  # [rows, max_masks]
         log_probs = encoder.masked_log_probs(inputs.to(device), batch.mlm_positions[of_example].to(device), mlm_mask)

@@ -134,6 +134,11 @@ class PretrainConfig(RetentionConfig):
         "than the sentence's own (the fewest), and pre-train and evaluate on only the examples with one "
         "(`realm.model.training.copy_spans`); None: the seeded span"
     )
+    mark_sentence_words: bool = Field(
+        False, description="flag each block wordpiece inside a word the masked sentence says, for a learned vector "
+        "the encoder adds (at mlm_head_learning_rate) and fine-tuning hands to the reader, which flags the "
+        "question's words the same way"
+    )
     # Half the default steps: measured (README), the 6-layer encoder's head reads by then and
     # the query tower trained from there raised span coverage without collapsing p(z|x).
     retriever_frozen_steps: int = Field(

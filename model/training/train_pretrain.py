@@ -65,8 +65,9 @@ EXAMPLE_COLUMNS = ["example_id", "origin_block_id", "forbidden_block_ids", "toke
 # `untrained_eval_examples`) training examples no step has drawn yet.
 HELD_OUT = "held-out"
 NEVER_TRAINED_ON = "never trained on"
-# The optimizer's modules are [query tower, doc tower, encoder BERT, MLM head], two parameter
-# groups each (`build_optimizer`); these are the decay groups whose rates the log reports.
+# The optimizer's modules are [query tower, doc tower, encoder BERT, MLM head] (then the
+# question-match vector with `mark_sentence_words`), two parameter groups each
+# (`build_optimizer`); these are the decay groups whose rates the log reports.
 _QUERY_TOWER_GROUP, _ENCODER_GROUP = 0, 4
 
 
@@ -162,12 +163,15 @@ class PretrainTrainer(Trainer):
         self.encoder: KnowledgeAugmentedEncoder = components["encoder"].to(self.device)
         # The encoder's BERT before its head: the same parameter order as the encoder's own, and
         # the tied decoder (the input embedding) goes with the body at the body's rate.
-        modules = [self.retriever.query_embedder, self.retriever.doc_embedder, self.encoder.bert, self.encoder.cls]
+        # The question-match vector trains only when the inputs flag words for it (fresh, at the
+        # head's rate); without it the groups are those of runs saved before it, which resume.
+        fresh = [self.encoder.cls] + ([self.encoder.question_match] if config.mark_sentence_words else [])
+        modules = [self.retriever.query_embedder, self.retriever.doc_embedder, self.encoder.bert, *fresh]
         optimizer = build_optimizer(
             modules,
             config.learning_rate,
-            learning_rates=[config.retriever_learning_rate] * 2 + [config.learning_rate, config.mlm_head_learning_rate],
-            start_steps=[config.retriever_frozen_steps] * 2 + [0, 0],
+            learning_rates=[config.retriever_learning_rate] * 2 + [config.learning_rate] + [config.mlm_head_learning_rate] * len(fresh),
+            start_steps=[config.retriever_frozen_steps] * 2 + [0] * (1 + len(fresh)),
         )
         scheduler = build_scheduler(optimizer, config.warmup_steps, config.steps, config.retriever_warmup_steps)
         state = self._restore(optimizer, scheduler, config.steps)
@@ -248,7 +252,8 @@ class PretrainTrainer(Trainer):
             )  # [batch, k, d]
             logits = retrieval_logits(query_embeddings, doc_embeddings, candidates)  # [batch, k]
             log_p_y_given_z, vocab_log_probs = encoder_log_probs(
-                self.encoder, self.tokenizer, self.blocks, batch, candidates, self.device, self.config.micro_batch
+                self.encoder, self.tokenizer, self.blocks, batch, candidates, self.device, self.config.micro_batch,
+                self.config.mark_sentence_words,
             )  # [batch, k], [batch, k, max_masks, vocab]
         log_p_z_given_x = torch.log_softmax(logits.detach(), dim=-1)  # [batch, k]
         holding = candidates_holding_span(self.blocks, batch, candidates)  # [batch, k]

@@ -1,4 +1,11 @@
-from realm.model.networks.question_match import content_stems, question_stems, question_word_matches, words
+from realm.model.networks.inputs import joint_sequence, pad_batch
+from realm.model.networks.question_match import (
+    content_stems,
+    question_match_flags,
+    question_stems,
+    question_word_matches,
+    words,
+)
 
 
 def test_a_word_is_a_wordpiece_and_its_continuations():
@@ -32,3 +39,21 @@ def test_every_wordpiece_of_a_matched_word_is_flagged_and_no_part_of_another(tok
     _, first, end = words(tokens)[word[0]]
     assert end - first > 1  # split into several wordpieces by this vocabulary
     assert [i for i, flag in enumerate(flags) if flag] == list(range(first, end))
+
+
+def test_flags_of_padded_joint_inputs_sit_at_each_row_s_body(tokenizer):
+    question = tokenizer.encode("which river flows through paris")
+    long_question = tokenizer.encode("which city on the river seine is the capital of france")
+    body = tokenizer.encode("the seine flows through paris")
+    pairs = [(question, body), (long_question, body), (question, [])]  # the last: the null document
+    joint = pad_batch([joint_sequence(tokenizer, q, z) for q, z in pairs], tokenizer.pad_id)
+    flags = question_match_flags(tokenizer, joint, pairs)
+    for row, (q, z) in enumerate(pairs):
+        start = len(q) + 2  # [CLS] q [SEP]
+        expected = [0] * start + question_word_matches(tokenizer, question_stems(tokenizer, q), z)
+        expected += [0] * (joint.input_ids.shape[1] - len(expected))  # [SEP] and padding
+        assert flags[row].tolist() == expected
+    tokens = tokenizer.convert_ids_to_tokens(body)
+    assert [t for t, f in zip(tokens, flags[0, len(question) + 2 :].tolist()) if f] == ["flows", "through", "paris"]
+    assert [t for t, f in zip(tokens, flags[1, len(long_question) + 2 :].tolist()) if f] == ["seine"]
+    assert not flags[2].any()

@@ -275,6 +275,8 @@ def test_a_fresh_run_starts_from_the_pretrained_query_tower_and_encoder(qa_corpu
         "doc_embedder": build_component(Embedder, tiny_config),
         "encoder": build_encoder(tiny_config),
     }
+    with torch.no_grad():  # as pre-training with `mark_sentence_words` leaves it
+        pretrained["encoder"].question_match.weight[1] = torch.linspace(-1, 1, tiny_config.bert_config().hidden_size)
     init = save_checkpoint(tmp_path / "pretrain", 100, pretrained)
     result, _ = _train(
         qa_corpus, tmp_path / "finetune", tiny_config, CONFIG.model_copy(update={"epochs": 0}), init_checkpoint=str(init)
@@ -285,6 +287,7 @@ def test_a_fresh_run_starts_from_the_pretrained_query_tower_and_encoder(qa_corpu
         assert torch.equal(started["query_embedder"].state_dict()[key], value), key
     for key, value in pretrained["encoder"].bert.state_dict().items():
         assert torch.equal(started["reader"].bert.state_dict()[key], value), key
+    assert torch.equal(started["reader"].question_match.weight, pretrained["encoder"].question_match.weight)
 
 
 def test_the_checkpoint_fine_tuning_started_from_outlives_pretraining_retention(qa_corpus, tmp_path, tiny_config):

@@ -155,6 +155,17 @@ def test_the_fresh_mlm_head_learns_at_its_own_rate(corpus, tmp_path, tiny_config
     assert {rate_of[id(p)] for p in trainer.encoder.bert.encoder.parameters()} == {1e-4}
 
 
+@pytest.mark.parametrize("mark", [False, True])
+def test_the_question_match_vector_learns_at_the_head_s_rate_only_where_words_are_marked(corpus, tmp_path, tiny_config, mark):
+    config = CONFIG.model_copy(update=dict(learning_rate=1e-4, mlm_head_learning_rate=2e-3, mark_sentence_words=mark))
+    trainer = _trainer(corpus, tmp_path, tiny_config, config)
+    rate_of = {id(p): group["initial_lr"] for group in trainer.optimizer.param_groups for p in group["params"]}
+    vector = trainer.encoder.question_match.weight
+    assert rate_of.get(id(vector)) == (2e-3 if mark else None)
+    _run(trainer, 2)
+    assert bool(vector[1].any()) is mark and not vector[0].any()  # row 0, unmarked: nothing added, ever
+
+
 def test_reachable_spans_only_reads_just_the_examples_whose_span_a_retrieved_block_holds(
     tmp_path, tokenizer, tiny_config, blocks_table
 ):
