@@ -33,8 +33,9 @@ class BertInputs:
     input_ids: torch.Tensor  # [n, length] int64
     attention_mask: torch.Tensor  # [n, length] int64, 1 for real tokens
     token_type_ids: torch.Tensor  # [n, length] int64
-    # The reader's only: [n, length] int64, 1 at block wordpieces of a word the question says
-    # (`realm.model.networks.question_match`); None for the towers and the encoder.
+    # The reader's, and the encoder's when pre-training marks the masked sentence's words:
+    # [n, length] int64, 1 at block wordpieces of a word the question says
+    # (`realm.model.networks.question_match`); None for the towers.
     question_match: torch.Tensor | None = None
     # The reader's only: [n, length] int64, the entity type id of each block wordpiece
     # (`realm.model.networks.entity_types`, 0: none).
