@@ -78,7 +78,9 @@ def question_word_matches(tokenizer: WordPieceTokenizer, asked: set[str], body_i
 
 
 def question_match_flags(
-    tokenizer: WordPieceTokenizer, joint: BertInputs, question_and_body_ids: Sequence[tuple[Sequence[int], Sequence[int]]]
+    tokenizer: WordPieceTokenizer,
+    joint: BertInputs,
+    question_and_body_ids: Sequence[tuple[Sequence[int], Sequence[int]]],
 ) -> torch.Tensor:
     """[n, length] int64 `question_word_matches` of each row of the padded `[CLS] q [SEP] z_body
     [SEP]` inputs `joint` (one (question, body) pair a row), at the body's positions as `join`

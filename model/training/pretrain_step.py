@@ -238,7 +238,8 @@ def encoder_log_probs(
 
 
 def _encoder_forward(
-    encoder, tokenizer, blocks, batch, candidates, device, micro_batch: int, mark_sentence_words: bool, keep_log_probs: bool
+    encoder, tokenizer, blocks, batch, candidates, device, micro_batch: int, mark_sentence_words: bool,
+    keep_log_probs: bool,
 ):
     size, k = candidates.block_ids.shape
     real = _real_slots(candidates)

@@ -170,7 +170,9 @@ class PretrainTrainer(Trainer):
         optimizer = build_optimizer(
             modules,
             config.learning_rate,
-            learning_rates=[config.retriever_learning_rate] * 2 + [config.learning_rate] + [config.mlm_head_learning_rate] * len(fresh),
+            learning_rates=[config.retriever_learning_rate] * 2
+            + [config.learning_rate]
+            + [config.mlm_head_learning_rate] * len(fresh),
             start_steps=[config.retriever_frozen_steps] * 2 + [0] * (1 + len(fresh)),
         )
         scheduler = build_scheduler(optimizer, config.warmup_steps, config.steps, config.retriever_warmup_steps)

@@ -53,7 +53,8 @@ def test_flagged_words_get_the_question_match_vector_and_nothing_else_changes(ti
         plain = encoder.masked_log_likelihood(joint, positions, targets, slot_mask)
         joint.question_match = question_match_flags(tokenizer, joint, pairs)
         flagged = joint.input_ids[0][joint.question_match[0].bool()].tolist()
-        assert tokenizer.convert_ids_to_tokens(flagged) == ["flows", "through", "paris"] and not joint.question_match[1].any()
+        assert tokenizer.convert_ids_to_tokens(flagged) == ["flows", "through", "paris"]
+        assert not joint.question_match[1].any()
         # Zero, as it starts and as a checkpoint without it loads: the flags change nothing.
         torch.testing.assert_close(encoder.masked_log_likelihood(joint, positions, targets, slot_mask), plain)
         # Not a constant: the embeddings' LayerNorm takes any constant shift away.
@@ -71,4 +72,4 @@ def test_an_encoder_saved_before_the_question_match_vector_loads_it_as_zero(tiny
     safetensors.torch.save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
     loaded = build_encoder(dataclasses.replace(tiny_config, model_dir=str(tmp_path)))
     assert not loaded.question_match.weight.any()
-    torch.testing.assert_close(loaded.bert.embeddings.word_embeddings.weight, encoder.bert.embeddings.word_embeddings.weight)
+    torch.testing.assert_close(loaded.bert.state_dict(), encoder.bert.state_dict())

@@ -45,7 +45,9 @@ def setup(tiny_config, tokenizer, blocks_table):
     return retriever, encoder, index, BlockStore(blocks_table), batch
 
 
-def _scored_alone(retriever, encoder, tokenizer, batch, title, body, mark_words=False) -> tuple[torch.Tensor, torch.Tensor]:
+def _scored_alone(
+    retriever, encoder, tokenizer, batch, title, body, mark_words=False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(Embed_doc(z) [d], log p(y|z,x) scalar) of one block read on its own, no batching or
     padding, for the batch's first example (with the sentence's words flagged: `mark_words`)."""
     doc = retriever.embed_passages(pad_batch([block_sequence(tokenizer, title, body)], tokenizer.pad_id))[0]
@@ -115,11 +117,15 @@ def test_marked_sentence_words_reach_each_candidate_as_when_it_is_read_alone(set
     with torch.no_grad():
         encoder.question_match.weight[1] = torch.linspace(-1, 1, encoder.config.hidden_size)
         _, candidates = retrieve(retriever, index, batch, num_candidates=8, device=CPU)
-        marked = encoder_log_likelihood(encoder, tokenizer, blocks, batch, candidates, CPU, micro_batch=3, mark_sentence_words=True)
+        marked = encoder_log_likelihood(
+            encoder, tokenizer, blocks, batch, candidates, CPU, micro_batch=3, mark_sentence_words=True
+        )
         plain = encoder_log_likelihood(encoder, tokenizer, blocks, batch, candidates, CPU, micro_batch=3)
         slots = torch.from_numpy(candidates.mask[0]).nonzero().flatten().tolist()
         bodies = [[] if slot == 0 else blocks.body_ids(int(candidates.block_ids[0, slot])) for slot in slots]
-        alone = torch.stack([_scored_alone(retriever, encoder, tokenizer, batch, [], body, mark_words=True)[1] for body in bodies])
+        alone = torch.stack(
+            [_scored_alone(retriever, encoder, tokenizer, batch, [], body, mark_words=True)[1] for body in bodies]
+        )
         asked = question_stems(tokenizer, batch.masked_query_ids[0])
         shares_a_word = torch.tensor([any(question_word_matches(tokenizer, asked, body)) for body in bodies])
     torch.testing.assert_close(marked[0, slots], alone, atol=1e-5, rtol=1e-4)

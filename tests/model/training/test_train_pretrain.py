@@ -156,7 +156,9 @@ def test_the_fresh_mlm_head_learns_at_its_own_rate(corpus, tmp_path, tiny_config
 
 
 @pytest.mark.parametrize("mark", [False, True])
-def test_the_question_match_vector_learns_at_the_head_s_rate_only_where_words_are_marked(corpus, tmp_path, tiny_config, mark):
+def test_the_question_match_vector_learns_at_the_head_s_rate_only_where_words_are_marked(
+    corpus, tmp_path, tiny_config, mark
+):
     config = CONFIG.model_copy(update=dict(learning_rate=1e-4, mlm_head_learning_rate=2e-3, mark_sentence_words=mark))
     trainer = _trainer(corpus, tmp_path, tiny_config, config)
     rate_of = {id(p): group["initial_lr"] for group in trainer.optimizer.param_groups for p in group["params"]}
