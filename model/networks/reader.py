@@ -139,7 +139,8 @@ class Reader(BertPreTrainedModel):
 
     def fresh_modules(self) -> list[nn.Module]:
         """The span MLP and the question-match and entity-type vectors, which no warm start
-        holds (fine-tuning gives them their own learning rate)."""
+        holds (but the question-match vector of a pre-training that marked the masked
+        sentence's words); fine-tuning gives them their own learning rate."""
         return [self.span_projection, self.span_norm, self.span_output, self.question_match, self.entity_type]
 
     def span_logits(self, joint: BertInputs, spans: SpanTable) -> torch.Tensor:

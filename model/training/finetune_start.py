@@ -37,9 +37,8 @@ def initial_components(
     """reader (and query_embedder when `with_query_embedder`) of a fresh run (module
     docstring): a `reader_init` holding a reader (a warm-up's) gives the whole reader, span MLP
     included; one holding an encoder gives the reader's BERT and question-match vector, under
-    a fresh span MLP. The
-    reader's hidden states drop out at `reader_dropout` (None: the preset's dropout); its saved
-    config keeps that rate, so a resumed run trains with it too."""
+    a fresh span MLP. The reader's hidden states drop out at `reader_dropout` (None: the
+    preset's dropout); its saved config keeps that rate, so a resumed run trains with it too."""
     reader_config = model_config if reader_dropout is None else dataclasses.replace(model_config, hidden_dropout=reader_dropout)
     components: dict[str, PreTrainedModel] = {"reader": build_reader(reader_config)}
     reader_init = None if reader_init == WARM_START else reader_init or init_checkpoint

@@ -176,7 +176,8 @@ class FinetuneConfig(RetentionConfig):
     )
     batch_size: int = Field(8, ge=1)
     # BERT's fine-tuning range is 2e-5..5e-5 (Devlin et al.); the span MLP and the
-    # question-match vector start from scratch and learn at their own, higher rate.
+    # question-match vector start from scratch (the vector from pre-training's, where that
+    # marked the masked sentence's words) and learn at their own, higher rate.
     learning_rate: float = Field(5e-5, gt=0, description="peak rate of the query tower and the reader's BERT")
     span_head_learning_rate: float = Field(
         5e-4, gt=0, description="peak rate of the freshly initialised span MLP and question-match vector"

@@ -163,8 +163,8 @@ class PretrainTrainer(Trainer):
         self.encoder: KnowledgeAugmentedEncoder = components["encoder"].to(self.device)
         # The encoder's BERT before its head: the same parameter order as the encoder's own, and
         # the tied decoder (the input embedding) goes with the body at the body's rate.
-        # The question-match vector trains only when the inputs flag words for it (fresh, at the
-        # head's rate); without it the groups are those of runs saved before it, which resume.
+        # The question-match vector is fresh, so it learns at the head's rate; without flags it
+        # gets no gradient, so it is left out.
         fresh = [self.encoder.cls] + ([self.encoder.question_match] if config.mark_sentence_words else [])
         modules = [self.retriever.query_embedder, self.retriever.doc_embedder, self.encoder.bert, *fresh]
         optimizer = build_optimizer(

@@ -45,14 +45,19 @@ def test_flags_of_padded_joint_inputs_sit_at_each_row_s_body(tokenizer):
     question = tokenizer.encode("which river flows through paris")
     long_question = tokenizer.encode("which city on the river seine is the capital of france")
     body = tokenizer.encode("the seine flows through paris")
-    pairs = [(question, body), (long_question, body), (question, [])]  # the last: the null document
-    joint = pad_batch([joint_sequence(tokenizer, q, z) for q, z in pairs], tokenizer.pad_id)
+    # The third: the null document; the last: the body cut by `join` to "the seine flows".
+    pairs = [(question, body), (long_question, body), (question, []), (question, body)]
+    kept = [len(body), len(body), 0, 3]
+    joint = pad_batch(
+        [joint_sequence(tokenizer, q, z, max_length=len(q) + 3 + n) for (q, z), n in zip(pairs, kept)], tokenizer.pad_id
+    )
     flags = question_match_flags(tokenizer, joint, pairs)
-    for row, (q, z) in enumerate(pairs):
+    for row, ((q, z), n) in enumerate(zip(pairs, kept)):
         start = len(q) + 2  # [CLS] q [SEP]
-        expected = [0] * start + question_word_matches(tokenizer, question_stems(tokenizer, q), z)
+        expected = [0] * start + question_word_matches(tokenizer, question_stems(tokenizer, q), z[:n])
         expected += [0] * (joint.input_ids.shape[1] - len(expected))  # [SEP] and padding
         assert flags[row].tolist() == expected
+    assert flags[3].sum() == 1  # "flows"; "through paris" were cut
     tokens = tokenizer.convert_ids_to_tokens(body)
     assert [t for t, f in zip(tokens, flags[0, len(question) + 2 :].tolist()) if f] == ["flows", "through", "paris"]
     assert [t for t, f in zip(tokens, flags[1, len(long_question) + 2 :].tolist()) if f] == ["seine"]
