@@ -12,7 +12,7 @@ from torch import nn
 from transformers import BertConfig, BertForMaskedLM
 
 from realm.model.networks.config import ModelConfig, build_component
-from realm.model.networks.inputs import BertInputs
+from realm.model.networks.inputs import BertInputs, hidden_states_with_added_embeddings
 
 
 class KnowledgeAugmentedEncoder(BertForMaskedLM):
@@ -41,11 +41,7 @@ class KnowledgeAugmentedEncoder(BertForMaskedLM):
         if joint.question_match is None:
             hidden = self.bert(**joint.as_kwargs()).last_hidden_state  # [n, length, hidden]
         else:
-            embeddings = self.bert.embeddings.word_embeddings(joint.input_ids)
-            embeddings = embeddings + self.question_match(joint.question_match).to(embeddings.dtype)
-            hidden = self.bert(
-                inputs_embeds=embeddings, attention_mask=joint.attention_mask, token_type_ids=joint.token_type_ids
-            ).last_hidden_state
+            hidden = hidden_states_with_added_embeddings(self.bert, joint, self.question_match(joint.question_match))
         rows, slots = mlm_mask.nonzero(as_tuple=True)  # [masked], [masked]
         masked_hidden = hidden[rows, mlm_positions[rows, slots]]  # [masked, hidden]
         return torch.log_softmax(self.cls(masked_hidden).float(), dim=-1)  # [masked, vocab]

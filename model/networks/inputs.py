@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from transformers import BertModel
 
 from realm.model.tokenization import (
     MAX_BLOCK_WORDPIECES,
@@ -110,6 +111,19 @@ def body_positions(joint: BertInputs) -> tuple[torch.Tensor, torch.Tensor]:
     document)."""
     body_lengths = joint.token_type_ids.sum(dim=1) - 1  # type-1 tokens: body + [SEP]
     return joint.attention_mask.sum(dim=1) - body_lengths - 1, body_lengths
+
+
+def hidden_states_with_added_embeddings(bert: BertModel, joint: BertInputs, *added: torch.Tensor) -> torch.Tensor:
+    """`bert`'s last hidden states [n, length, hidden] over `joint`, each of `added` ([n,
+    length, hidden] learned input features: question match, entity types) summed into the
+    word embeddings first. They are cast to the word embeddings' dtype: the feature vectors
+    stay float32 when `bert` alone is cast to bf16 (`--bf16-reader`)."""
+    embeddings = bert.embeddings.word_embeddings(joint.input_ids)
+    for features in added:
+        embeddings = embeddings + features.to(embeddings.dtype)
+    return bert(
+        inputs_embeds=embeddings, attention_mask=joint.attention_mask, token_type_ids=joint.token_type_ids
+    ).last_hidden_state
 
 
 def length_sorted_groups(lengths: Sequence[int], group_size: int) -> list[np.ndarray]:

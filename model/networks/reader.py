@@ -25,7 +25,14 @@ from transformers import BertConfig, BertModel, BertPreTrainedModel
 
 from realm.model.networks.config import ModelConfig, build_component
 from realm.model.networks.entity_types import NUM_ENTITY_TYPES
-from realm.model.networks.inputs import BertInputs, body_positions, joint_sequence, pad_batch, same_padded_length_groups
+from realm.model.networks.inputs import (
+    BertInputs,
+    body_positions,
+    hidden_states_with_added_embeddings,
+    joint_sequence,
+    pad_batch,
+    same_padded_length_groups,
+)
 from realm.model.networks.marginal import LOG_ZERO, as_float32_or_wider, mask_log_scores, masked_logsumexp
 from realm.model.networks.question_match import question_match_flags
 from realm.model.tokenization import WordPieceTokenizer
@@ -147,13 +154,9 @@ class Reader(BertPreTrainedModel):
         """[n, spans] float32 span scores; LOG_ZERO at invalid spans. `joint` from `reader_inputs`."""
         if joint.question_match is None or joint.entity_types is None:
             raise ValueError("reader inputs need their question_match flags and entity types (built by reader_inputs)")
-        embeddings = self.bert.embeddings.word_embeddings(joint.input_ids)
-        # The question-match vector stays float32 when `bert` alone is cast to bf16 (`--bf16-reader`).
-        embeddings = embeddings + self.question_match(joint.question_match).to(embeddings.dtype)
-        embeddings = embeddings + self.entity_type(joint.entity_types).to(embeddings.dtype)
-        hidden = self.bert(
-            inputs_embeds=embeddings, attention_mask=joint.attention_mask, token_type_ids=joint.token_type_ids
-        ).last_hidden_state  # [n, length, hidden]
+        hidden = hidden_states_with_added_embeddings(
+            self.bert, joint, self.question_match(joint.question_match), self.entity_type(joint.entity_types)
+        )  # [n, length, hidden]
         # The head runs in float32 even under bf16 autocast: one softmax ranks thousands of
         # spans against each other, and bf16's 8-bit mantissa ties scores ~0.4% apart.
         with torch.autocast(hidden.device.type, enabled=False):
