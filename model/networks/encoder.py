@@ -11,8 +11,9 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertForMaskedLM
 
+from realm.model.networks.block_copy import BlockCopyHead
 from realm.model.networks.config import ModelConfig, build_component
-from realm.model.networks.inputs import BertInputs, hidden_states_with_added_embeddings
+from realm.model.networks.inputs import BertInputs, body_mask, hidden_states_with_added_embeddings
 
 
 class KnowledgeAugmentedEncoder(BertForMaskedLM):
@@ -20,12 +21,17 @@ class KnowledgeAugmentedEncoder(BertForMaskedLM):
     the reader's learned vector for block wordpieces the masked sentence also says
     (`question_match`, `realm.model.networks.question_match`), added where the inputs carry
     flags. It starts at zero (a checkpoint saved without it loads it as zero), and fine-tuning
-    hands it to the reader with the encoder's BERT (`realm.model.training.finetune_start`)."""
+    hands it to the reader with the encoder's BERT (`realm.model.training.finetune_start`).
+    `copy_head` mixes a pointer over the block's wordpieces into the vocabulary distribution
+    when asked to (`realm.model.networks.block_copy`); a checkpoint saved without it loads it
+    freshly initialised."""
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.question_match = nn.Embedding(2, config.hidden_size, padding_idx=0)  # row 0: no match, nothing added
         nn.init.zeros_(self.question_match.weight)
+        self.copy_head = BlockCopyHead(config.hidden_size)
+        self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
@@ -33,18 +39,22 @@ class KnowledgeAugmentedEncoder(BertForMaskedLM):
             nn.init.zeros_(module.weight)
 
     def masked_log_probs(
-        self, joint: BertInputs, mlm_positions: torch.Tensor, mlm_mask: torch.Tensor
+        self, joint: BertInputs, mlm_positions: torch.Tensor, mlm_mask: torch.Tensor, copy_from_block: bool = False
     ) -> torch.Tensor:
         """log p(v|z,x) over the vocabulary at every real masked slot, float32 [masked, vocab],
         slots in `mlm_mask.nonzero()` order (arguments as in `masked_log_likelihood`; the
-        `question_match` vector is added where `joint.question_match` flags a wordpiece)."""
+        `question_match` vector is added where `joint.question_match` flags a wordpiece;
+        `copy_from_block` mixes in the pointer over each sequence's body)."""
         if joint.question_match is None:
             hidden = self.bert(**joint.as_kwargs()).last_hidden_state  # [n, length, hidden]
         else:
             hidden = hidden_states_with_added_embeddings(self.bert, joint, self.question_match(joint.question_match))
         rows, slots = mlm_mask.nonzero(as_tuple=True)  # [masked], [masked]
-        masked_hidden = hidden[rows, mlm_positions[rows, slots]]  # [masked, hidden]
-        return torch.log_softmax(self.cls(masked_hidden).float(), dim=-1)  # [masked, vocab]
+        positions = mlm_positions[rows, slots]  # [masked]
+        log_probs = torch.log_softmax(self.cls(hidden[rows, positions]).float(), dim=-1)  # [masked, vocab]
+        if not copy_from_block:
+            return log_probs
+        return self.copy_head.mix(log_probs, hidden, rows, positions, joint.input_ids, body_mask(joint))
 
     def masked_log_likelihood(
         self,
@@ -52,14 +62,16 @@ class KnowledgeAugmentedEncoder(BertForMaskedLM):
         mlm_positions: torch.Tensor,
         mlm_targets: torch.Tensor,
         mlm_mask: torch.Tensor,
+        copy_from_block: bool = False,
     ) -> torch.Tensor:
         """log p(y|z,x) of each joint sequence, float32 [n].
 
         joint: [n, length] inputs `[CLS] x [SEP] z_body [SEP]`.
         mlm_positions, mlm_targets, mlm_mask: [n, max_masks] positions in the joint input of
         the masked wordpieces, their original ids, and which of the slots are real.
+        copy_from_block: as in `masked_log_probs`.
         """
-        log_probs = self.masked_log_probs(joint, mlm_positions, mlm_mask)  # [masked, vocab]
+        log_probs = self.masked_log_probs(joint, mlm_positions, mlm_mask, copy_from_block)  # [masked, vocab]
         return masked_target_log_likelihood(log_probs, mlm_targets, mlm_mask)
 
 

@@ -206,6 +206,7 @@ def encoder_log_likelihood(
     device: torch.device,
     micro_batch: int = CPU_MICRO_BATCH,
     mark_sentence_words: bool = False,
+    copy_from_block: bool = False,
 ) -> torch.Tensor:
     """log p(y|z,x) of every (example, candidate), [batch, k] float32.
 
@@ -213,9 +214,12 @@ def encoder_log_likelihood(
     document and padding), run in length-sorted micro-batches of `micro_batch`. With
     `mark_sentence_words`, each body wordpiece inside a word the masked sentence says is
     flagged for the encoder's `question_match` vector, as the reader flags the question's.
+    With `copy_from_block`, the encoder's pointer over the body is mixed into each masked
+    slot's distribution (`realm.model.networks.block_copy`).
     """
     return _encoder_forward(
-        encoder, tokenizer, blocks, batch, candidates, device, micro_batch, mark_sentence_words, keep_log_probs=False
+        encoder, tokenizer, blocks, batch, candidates, device, micro_batch, mark_sentence_words, copy_from_block,
+        keep_log_probs=False,
     )
 
 
@@ -228,18 +232,20 @@ def encoder_log_probs(
     device: torch.device,
     micro_batch: int = CPU_MICRO_BATCH,
     mark_sentence_words: bool = False,
+    copy_from_block: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log p(y|z,x) [batch, k] as `encoder_log_likelihood`, and log p(v|z,x) over the whole
     vocabulary at each masked slot [batch, k, max_masks, vocab] float32, detached, 0 at unused
     slots) from one forward: the second gives argmax predictions (MLM accuracy) for free."""
     return _encoder_forward(
-        encoder, tokenizer, blocks, batch, candidates, device, micro_batch, mark_sentence_words, keep_log_probs=True
+        encoder, tokenizer, blocks, batch, candidates, device, micro_batch, mark_sentence_words, copy_from_block,
+        keep_log_probs=True,
     )
 
 
 def _encoder_forward(
     encoder, tokenizer, blocks, batch, candidates, device, micro_batch: int, mark_sentence_words: bool,
-    keep_log_probs: bool,
+    copy_from_block: bool, keep_log_probs: bool,
 ):
     size, k = candidates.block_ids.shape
     real = _real_slots(candidates)
@@ -259,7 +265,9 @@ def _encoder_forward(
             inputs.question_match = question_match_flags(tokenizer, inputs, [pairs[r] for r in rows])
         of_example = torch.from_numpy(example[rows])
         mlm_mask = batch.mlm_mask[of_example].to(device)  # [rows, max_masks]
-        log_probs = encoder.masked_log_probs(inputs.to(device), batch.mlm_positions[of_example].to(device), mlm_mask)
+        log_probs = encoder.masked_log_probs(
+            inputs.to(device), batch.mlm_positions[of_example].to(device), mlm_mask, copy_from_block
+        )
         log_likelihood = masked_target_log_likelihood(log_probs, batch.mlm_targets[of_example].to(device), mlm_mask)
         if not keep_log_probs:
             return log_likelihood  # [rows]

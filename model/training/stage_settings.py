@@ -142,6 +142,10 @@ class PretrainConfig(RetentionConfig):
         "the encoder adds (at mlm_head_learning_rate) and fine-tuning hands to the reader, which flags the "
         "question's words the same way"
     )
+    copy_from_block: bool = Field(
+        False, description="mix a pointer over the read block's wordpieces into the MLM head's distribution "
+        "(`realm.model.networks.block_copy`; the null document cannot copy), learned at mlm_head_learning_rate"
+    )
     # Half the default steps: measured (README), the 6-layer encoder's head reads by then and
     # the query tower trained from there raised span coverage without collapsing p(z|x).
     retriever_frozen_steps: int = Field(

@@ -66,7 +66,8 @@ EXAMPLE_COLUMNS = ["example_id", "origin_block_id", "forbidden_block_ids", "toke
 HELD_OUT = "held-out"
 NEVER_TRAINED_ON = "never trained on"
 # The optimizer's modules are [query tower, doc tower, encoder BERT, MLM head] (then the
-# question-match vector with `mark_sentence_words`), two parameter groups each
+# question-match vector with `mark_sentence_words`, the copy head with `copy_from_block`), two
+# parameter groups each
 # (`build_optimizer`); these are the decay groups whose rates the log reports.
 _QUERY_TOWER_GROUP, _ENCODER_GROUP = 0, 4
 
@@ -163,9 +164,13 @@ class PretrainTrainer(Trainer):
         self.encoder: KnowledgeAugmentedEncoder = components["encoder"].to(self.device)
         # The encoder's BERT before its head: the same parameter order as the encoder's own, and
         # the tied decoder (the input embedding) goes with the body at the body's rate.
-        # The question-match vector is fresh, so it learns at the head's rate; without flags it
-        # gets no gradient, so it is left out.
-        fresh = [self.encoder.cls] + ([self.encoder.question_match] if config.mark_sentence_words else [])
+        # The question-match vector and the copy head are fresh, so they learn at the head's
+        # rate; unused (without flags, without copying) they get no gradient, so they are left out.
+        fresh = (
+            [self.encoder.cls]
+            + ([self.encoder.question_match] if config.mark_sentence_words else [])
+            + ([self.encoder.copy_head] if config.copy_from_block else [])
+        )
         modules = [self.retriever.query_embedder, self.retriever.doc_embedder, self.encoder.bert, *fresh]
         optimizer = build_optimizer(
             modules,
@@ -255,7 +260,7 @@ class PretrainTrainer(Trainer):
             logits = retrieval_logits(query_embeddings, doc_embeddings, candidates)  # [batch, k]
             log_p_y_given_z, vocab_log_probs = encoder_log_probs(
                 self.encoder, self.tokenizer, self.blocks, batch, candidates, self.device, self.config.micro_batch,
-                self.config.mark_sentence_words,
+                self.config.mark_sentence_words, self.config.copy_from_block,
             )  # [batch, k], [batch, k, max_masks, vocab]
         log_p_z_given_x = torch.log_softmax(logits.detach(), dim=-1)  # [batch, k]
         holding = candidates_holding_span(self.blocks, batch, candidates)  # [batch, k]

@@ -168,6 +168,19 @@ def test_the_question_match_vector_learns_at_the_head_s_rate_only_where_words_ar
     assert bool(vector[1].any()) is mark and not vector[0].any()  # row 0, unmarked: nothing added, ever
 
 
+@pytest.mark.parametrize("copy", [False, True])
+def test_the_copy_head_learns_at_the_head_s_rate_only_when_copying(corpus, tmp_path, tiny_config, copy):
+    config = CONFIG.model_copy(update=dict(learning_rate=1e-4, mlm_head_learning_rate=2e-3, copy_from_block=copy))
+    trainer = _trainer(corpus, tmp_path, tiny_config, config)
+    rate_of = {id(p): group["initial_lr"] for group in trainer.optimizer.param_groups for p in group["params"]}
+    head = trainer.encoder.copy_head
+    before = {name: p.detach().clone() for name, p in head.named_parameters()}
+    assert {rate_of.get(id(p)) for p in head.parameters()} == ({2e-3} if copy else {None})
+    _run(trainer, 2)
+    moved = {name for name, p in head.named_parameters() if not torch.equal(p, before[name])}
+    assert moved == (set(before) if copy else set())
+
+
 def test_reachable_spans_only_reads_just_the_examples_whose_span_a_retrieved_block_holds(
     tmp_path, tokenizer, tiny_config, blocks_table
 ):
