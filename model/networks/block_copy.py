@@ -54,9 +54,12 @@ class BlockCopyHead(nn.Module):
         body keep `vocab_log_probs`.
         """
         masked_hidden = hidden[rows, positions]  # [masked, hidden]
-        queries = self.query(masked_hidden).float()  # [masked, hidden]
-        keys = self.key(hidden).float()  # [n, length, hidden]
-        scores = torch.einsum("mh,mlh->ml", queries, keys[rows]) / math.sqrt(queries.shape[-1])  # [masked, length]
+        queries = self.query(masked_hidden)  # [masked, hidden]
+        keys = self.key(hidden)  # [n, length, hidden]
+        # The pointer's scores, softmax and sums in float32, also under bf16 autocast.
+        with torch.autocast(hidden.device.type, enabled=False):
+            scores = torch.einsum("mh,mlh->ml", queries.float(), keys[rows].float())  # [masked, length]
+        scores = scores / math.sqrt(queries.shape[-1])
         body = body[rows]  # [masked, length]
         has_body = body.any(dim=1)  # [masked]
         # A row without a body would softmax over nothing; its copy term is dropped below.

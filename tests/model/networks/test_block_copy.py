@@ -59,3 +59,14 @@ def test_copying_gives_finite_gradients_to_the_pointer_the_gate_and_the_encoder(
     head = encoder.copy_head
     for parameter in [head.query.weight, head.key.weight, head.gate.weight, encoder.bert.embeddings.word_embeddings.weight]:
         assert torch.isfinite(parameter.grad).all() and parameter.grad.abs().sum() > 0
+
+
+def test_copying_under_bf16_autocast_gives_float32_log_probabilities(tiny_config, tokenizer):
+    encoder = build_encoder(tiny_config).eval()
+    _, _, joint, positions, slot_mask = _paris(tokenizer)
+    with torch.no_grad():
+        plain = encoder.masked_log_probs(joint, positions, slot_mask, copy_from_block=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            autocast = encoder.masked_log_probs(joint, positions, slot_mask, copy_from_block=True)
+    assert autocast.dtype == torch.float32
+    torch.testing.assert_close(autocast.exp(), plain.exp(), atol=0.02, rtol=0)
