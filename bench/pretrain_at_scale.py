@@ -69,12 +69,26 @@ class Results:
         print(f"[{time.strftime('%H:%M:%S')}] {key}: {json.dumps(value, default=float)[:600]}", flush=True)
 
 
-def pretrain_config(steps: int, batch_size: int, heldout: int, micro_batch: int) -> PretrainConfig:
-    return PretrainConfig(
-        steps=steps, batch_size=batch_size, warmup_steps=max(1, steps // 10), checkpoint_every=max(1, steps),
-        log_every=50, heldout_examples=heldout, retriever_frozen_steps=steps // 2, keep_checkpoints=1,
-        micro_batch=micro_batch, **GPU_LENGTHS,
-    )
+def pretrain_config(steps: int, batch_size: int, heldout: int, micro_batch: int, overrides: dict) -> PretrainConfig:
+    return PretrainConfig(**{
+        "steps": steps, "batch_size": batch_size, "warmup_steps": max(1, steps // 10), "checkpoint_every": max(1, steps),
+        "log_every": 50, "heldout_examples": heldout, "retriever_frozen_steps": steps // 2, "keep_checkpoints": 1,
+        "micro_batch": micro_batch, **GPU_LENGTHS, **overrides,
+    })
+
+
+def parse_overrides(assignments: list[str]) -> dict:
+    """`FIELD=VALUE` pairs (VALUE as JSON where it parses) for `PretrainConfig`."""
+    values = {}
+    for assignment in assignments:
+        field, separator, value = assignment.partition("=")
+        if not separator or field not in PretrainConfig.model_fields:
+            raise SystemExit(f"--pretrain_param {assignment!r}: expected FIELD=VALUE with FIELD a PretrainConfig field")
+        try:
+            values[field] = json.loads(value)
+        except json.JSONDecodeError:
+            values[field] = value
+    return values
 
 
 def no_refresh(snapshot_dir: str, snapshot_step: int):
@@ -86,7 +100,8 @@ def pretrain_trainer(layout: RunLayout, start: str, root: Path, steps: int, micr
     """A pre-training run under `root` from the retriever start `start`."""
     return PretrainTrainer(
         layout.blocks, layout.pretrain_examples, str(root / "checkpoints"), model_config,
-        pretrain_config(steps, args.batch_size, args.heldout, micro_batch), init_retriever=start, device=device,
+        pretrain_config(steps, args.batch_size, args.heldout, micro_batch, args.pretrain_param), init_retriever=start,
+        device=device,
         seed=args.seed,
     )
 
@@ -202,11 +217,14 @@ def main() -> None:
     parser.add_argument("--finetune_epochs", type=float, default=FinetuneConfig().epochs)
     parser.add_argument("--seeds", type=int, nargs="*", default=[0], help="fine-tuning seeds (none: pre-train only)")
     parser.add_argument("--seed", type=int, default=0, help="pre-training seed")
+    parser.add_argument("--pretrain_param", action="append", default=[], type=str, metavar="FIELD=VALUE",
+                        help="override a PretrainConfig field, e.g. copy_from_block=true (repeatable)")
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS),
                         help="orqa alone needs no pre-training")
     parser.add_argument("--results", help="where the measurements go (default: <output>/results.json)")
     parser.add_argument("--qa", nargs="*", default=[], help="evaluation files beside the shipped demo set and held-out tenths")
     args = parser.parse_args()
+    args.pretrain_param = parse_overrides(args.pretrain_param)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     out = Path(args.output)
