@@ -101,8 +101,7 @@ def pretrain_trainer(layout: RunLayout, start: str, root: Path, steps: int, micr
     return PretrainTrainer(
         layout.blocks, layout.pretrain_examples, str(root / "checkpoints"), model_config,
         pretrain_config(steps, args.batch_size, args.heldout, micro_batch, args.pretrain_param), init_retriever=start,
-        device=device,
-        seed=args.seed,
+        device=device, seed=args.seed,
     )
 
 
