@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from realm.cli.main import with_overrides
 from realm.flows.demo import evaluation_qa_paths, training_qa_paths
 from realm.model.networks.checkpoint import latest_checkpoint
 from realm.model.networks.config import ModelConfig
@@ -69,26 +70,14 @@ class Results:
         print(f"[{time.strftime('%H:%M:%S')}] {key}: {json.dumps(value, default=float)[:600]}", flush=True)
 
 
-def pretrain_config(steps: int, batch_size: int, heldout: int, micro_batch: int, overrides: dict) -> PretrainConfig:
-    return PretrainConfig(**{
-        "steps": steps, "batch_size": batch_size, "warmup_steps": max(1, steps // 10), "checkpoint_every": max(1, steps),
-        "log_every": 50, "heldout_examples": heldout, "retriever_frozen_steps": steps // 2, "keep_checkpoints": 1,
-        "micro_batch": micro_batch, **GPU_LENGTHS, **overrides,
-    })
-
-
-def parse_overrides(assignments: list[str]) -> dict:
-    """`FIELD=VALUE` pairs (VALUE as JSON where it parses) for `PretrainConfig`."""
-    values = {}
-    for assignment in assignments:
-        field, separator, value = assignment.partition("=")
-        if not separator or field not in PretrainConfig.model_fields:
-            raise SystemExit(f"--pretrain_param {assignment!r}: expected FIELD=VALUE with FIELD a PretrainConfig field")
-        try:
-            values[field] = json.loads(value)
-        except json.JSONDecodeError:
-            values[field] = value
-    return values
+def pretrain_config(steps: int, batch_size: int, heldout: int, micro_batch: int, overrides: list[str]) -> PretrainConfig:
+    """This script's pre-training settings, then each `FIELD=VALUE` of `overrides` applied and
+    validated as `realm train --param` does."""
+    return with_overrides(PretrainConfig(
+        steps=steps, batch_size=batch_size, warmup_steps=max(1, steps // 10), checkpoint_every=max(1, steps),
+        log_every=50, heldout_examples=heldout, retriever_frozen_steps=steps // 2, keep_checkpoints=1,
+        micro_batch=micro_batch, **GPU_LENGTHS,
+    ), overrides)
 
 
 def no_refresh(snapshot_dir: str, snapshot_step: int):
@@ -223,7 +212,6 @@ def main() -> None:
     parser.add_argument("--results", help="where the measurements go (default: <output>/results.json)")
     parser.add_argument("--qa", nargs="*", default=[], help="evaluation files beside the shipped demo set and held-out tenths")
     args = parser.parse_args()
-    args.pretrain_param = parse_overrides(args.pretrain_param)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     out = Path(args.output)

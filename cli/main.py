@@ -138,7 +138,7 @@ def _run(args: argparse.Namespace, beam_args: list[str]) -> int:
 def _train(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
     params = _pipeline_params(args)
-    stage = _with_overrides(getattr(params, args.stage), args.param)
+    stage = with_overrides(getattr(params, args.stage), args.param)
     setattr(params, args.stage, stage)
     if args.steps is not None:
         if "steps" not in type(stage).model_fields:
@@ -159,7 +159,7 @@ def _train(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def _with_overrides(stage, assignments: list[str]):
+def with_overrides(stage, assignments: list[str]):
     """`stage` (a pydantic parameter model) with each `field=value` applied, validated as the
     Prefect UI's form would (so `true`, `1e-4` and JSON lists parse to the field's type)."""
     values = stage.model_dump()

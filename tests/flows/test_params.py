@@ -1,6 +1,6 @@
 import pytest
 
-from realm.cli.main import _with_overrides
+from realm.cli.main import with_overrides
 from realm.flows.params import FinetuneParams, IctParams, PipelineParams, PretrainParams, ReaderWarmupParams
 from realm.model.training.stage_settings import FinetuneConfig, IctConfig, PretrainConfig, ReaderWarmupConfig
 
@@ -21,7 +21,7 @@ def test_each_stage_setting_is_defined_once_for_the_trainer_the_flow_and_the_cli
     for name, field in config.model_fields.items():
         assert params.model_fields[name].default == field.default, name
     changed = {name: f.default * 2 for name, f in config.model_fields.items() if type(f.default) in (int, float)}
-    overridden = _with_overrides(params(), [f"{name}={value}" for name, value in changed.items()])
+    overridden = with_overrides(params(), [f"{name}={value}" for name, value in changed.items()])
     assert config(**overridden.model_dump(include=set(config.model_fields))) == config(**changed)
 
 
@@ -37,11 +37,11 @@ def test_a_dense_only_fine_tuning_setting_with_the_bm25_retriever_is_refused(set
     silently ignored, so it is refused by name instead."""
     name = setting.partition("=")[0]
     with pytest.raises(SystemExit, match=f"^--param: {name} needs retriever 'dense'; with 'bm25' it would do nothing$"):
-        _with_overrides(FinetuneParams(), ["retriever=bm25", setting])
-    assert getattr(_with_overrides(FinetuneParams(), [setting]), name)  # dense: accepted
+        with_overrides(FinetuneParams(), ["retriever=bm25", setting])
+    assert getattr(with_overrides(FinetuneParams(), [setting]), name)  # dense: accepted
 
 
 def test_both_dense_only_settings_with_the_bm25_retriever_are_named_in_one_line():
     with pytest.raises(SystemExit, match="^--param: bm25_candidates and retrieve_every_step need retriever 'dense'; with "
                        "'bm25' they would do nothing$"):
-        _with_overrides(FinetuneParams(), ["retriever=bm25", "bm25_candidates=20", "retrieve_every_step=true"])
+        with_overrides(FinetuneParams(), ["retriever=bm25", "bm25_candidates=20", "retrieve_every_step=true"])
