@@ -31,7 +31,7 @@ class KnowledgeAugmentedEncoder(BertForMaskedLM):
         self.question_match = nn.Embedding(2, config.hidden_size, padding_idx=0)  # row 0: no match, nothing added
         nn.init.zeros_(self.question_match.weight)
         self.copy_head = BlockCopyHead(config.hidden_size)
-        self.post_init()
+        self.copy_head.apply(self._init_weights)  # BertForMaskedLM's post_init ran before it existed
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
