@@ -37,6 +37,8 @@ class ModelConfig:
     retriever tower projects, the final [CLS] state or the mean of its tokens' states.
     `retrieval_scale`: None scores blocks by the inner product of the towers' projections
     (REALM's f(x,z)); a number s scales each projection to length √s, so f(x,z) = s · cos.
+    `answer_pointer`: the reader's questions end in an answer slot that points at the span
+    (`realm.model.networks.answer_pointer`).
     """
 
     model_dir: str | None
@@ -49,6 +51,7 @@ class ModelConfig:
     retrieval_scale: float | None = None
     span_hidden_size: int = 256
     max_span_wordpieces: int = 10
+    answer_pointer: bool = False
     # Shape of a randomly initialised BERT (ignored when warm-starting from model_dir).
     hidden_size: int = 128
     num_attention_heads: int = 2
@@ -91,6 +94,7 @@ class ModelConfig:
         config.retrieval_scale = self.retrieval_scale
         config.span_hidden_size = self.span_hidden_size
         config.max_span_wordpieces = self.max_span_wordpieces
+        config.answer_pointer = self.answer_pointer
         return config
 
     def tokenizer(self) -> WordPieceTokenizer:

@@ -11,7 +11,9 @@ their own softmax instead lets the block whose span distribution is most peaked 
 whatever its relevance. The answer is the block's original text between the span's
 character offsets (`span_text`), not detokenized wordpieces. The block's words that the
 question also says are marked in the input (`realm.model.networks.question_match`), and so
-are the named entities' types (`realm.model.networks.entity_types`).
+are the named entities' types (`realm.model.networks.entity_types`). A reader built with
+`answer_pointer` reads `[CLS] q [MASK] [SEP] z_body [SEP]` and adds the slot's pointer scores
+to each span's (`realm.model.networks.answer_pointer`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
 
+from realm.model.networks.answer_pointer import AnswerPointer
 from realm.model.networks.config import ModelConfig, build_component
 from realm.model.networks.entity_types import NUM_ENTITY_TYPES
 from realm.model.networks.inputs import (
@@ -98,14 +101,19 @@ def reader_inputs(
     question_and_body_ids: Sequence[tuple[Sequence[int], Sequence[int]]],
     entity_types: Sequence[Sequence[int]],
     max_span: int = 10,
+    answer_slot: bool = False,
 ) -> tuple[BertInputs, SpanTable]:
     """Padded `[CLS] q [SEP] z_body [SEP]` inputs with their `question_match` flags and the
     body wordpieces' `entity_types` (one list per pair, as long as its body: 0 outside an
     entity), and their candidate spans, one row per (question, block) pair; spans follow the
-    body as `join` actually kept it."""
+    body as `join` actually kept it. `answer_slot` (`Reader.reads_answer_slot`): each question
+    ends in a `[MASK]`, the slot `answer_slots` finds."""
     if len(entity_types) != len(question_and_body_ids):
         raise ValueError(f"{len(entity_types)} entity-type lists for {len(question_and_body_ids)} (question, block) pairs")
-    joint = pad_batch([joint_sequence(tokenizer, q, body) for q, body in question_and_body_ids], tokenizer.pad_id)
+    slot = [tokenizer.mask_id] if answer_slot else []
+    joint = pad_batch(
+        [joint_sequence(tokenizer, [*q, *slot], body) for q, body in question_and_body_ids], tokenizer.pad_id
+    )
     body_starts, body_lengths = body_positions(joint)
     joint.question_match = question_match_flags(tokenizer, joint, question_and_body_ids)
     joint.entity_types = torch.zeros_like(joint.input_ids)
@@ -117,6 +125,12 @@ def reader_inputs(
     return joint, enumerate_spans(body_starts, body_lengths, max_span)
 
 
+def answer_slots(joint: BertInputs) -> torch.Tensor:
+    """[n] position of each row's answer slot in `reader_inputs(..., answer_slot=True)`: the
+    `[MASK]` just before the `[SEP]` that precedes the body."""
+    return body_positions(joint)[0] - 2
+
+
 class Reader(BertPreTrainedModel):
     """BERT + span scorer MLP([h_start; h_end]) with `span_hidden_size` (256) hidden units, and
     learned vectors added to the word embedding of each block wordpiece the question also says
@@ -126,7 +140,9 @@ class Reader(BertPreTrainedModel):
 
     The MLP's first layer on the concatenation equals W_s h_start + W_e h_end, so it is applied
     once per position (one projection split in two halves) and summed per span, as ORQA does,
-    instead of once per span; then ReLU, LayerNorm and a linear map to the score.
+    instead of once per span; then ReLU, LayerNorm and a linear map to the score. With
+    `config.answer_pointer` (a checkpoint saved before it reads without), the answer slot's
+    start and end pointer scores are added (`realm.model.networks.answer_pointer`).
     """
 
     def __init__(self, config: BertConfig):
@@ -137,6 +153,8 @@ class Reader(BertPreTrainedModel):
         self.span_output = nn.Linear(config.span_hidden_size, 1)
         self.question_match = nn.Embedding(2, config.hidden_size, padding_idx=0)  # row 0: no match, nothing added
         self.entity_type = nn.Embedding(NUM_ENTITY_TYPES, config.hidden_size, padding_idx=0)  # row 0: no entity
+        pointing = getattr(config, "answer_pointer", False)
+        self.answer_pointer = AnswerPointer(config.hidden_size) if pointing else None
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -147,8 +165,15 @@ class Reader(BertPreTrainedModel):
     def fresh_modules(self) -> list[nn.Module]:
         """The span MLP and the question-match and entity-type vectors, which no warm start
         holds (but the question-match vector of a pre-training that marked the masked
-        sentence's words); fine-tuning gives them their own learning rate."""
-        return [self.span_projection, self.span_norm, self.span_output, self.question_match, self.entity_type]
+        sentence's words), and the answer pointer (but a copy head's, `AnswerPointer.start_from`);
+        fine-tuning gives them their own learning rate."""
+        pointer = [] if self.answer_pointer is None else [self.answer_pointer]
+        return [self.span_projection, self.span_norm, self.span_output, self.question_match, self.entity_type, *pointer]
+
+    @property
+    def reads_answer_slot(self) -> bool:
+        """Whether its inputs need the answer slot (`reader_inputs(..., answer_slot=...)`)."""
+        return self.answer_pointer is not None
 
     def span_logits(self, joint: BertInputs, spans: SpanTable) -> torch.Tensor:
         """[n, spans] float32 span scores; LOG_ZERO at invalid spans. `joint` from `reader_inputs`."""
@@ -163,6 +188,9 @@ class Reader(BertPreTrainedModel):
             start_part, end_part = self.span_projection(hidden.float()).chunk(2, dim=-1)  # [n, length, span_hidden] x2
             span_hidden = self.span_norm(_span_sums(start_part, end_part, spans).relu_())  # [n, spans, span_hidden]
             logits = self.span_output(span_hidden).squeeze(-1)  # [n, spans]
+            if self.answer_pointer is not None:
+                start, end = self.answer_pointer(hidden.float(), answer_slots(joint))  # [n, length] x2
+                logits = logits + _span_sums(start[..., None], end[..., None], spans).squeeze(-1)
         return mask_log_scores(logits, spans.valid)
 
 

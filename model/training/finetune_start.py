@@ -3,7 +3,8 @@ reader's BERT from the knowledge-augmented encoder of `reader_init` (default:
 `init_checkpoint`) when it has one, as REALM does, or the whole reader of a warm-up
 checkpoint; whatever they lack (or all, without them) starts from the model config's warm
 start. Mixing the two gives the paper's ablations (REALM retriever + baseline encoder and
-the reverse).
+the reverse). A reader with an answer pointer takes it from the encoder's copy head
+(`realm.model.networks.answer_pointer`).
 """
 
 from __future__ import annotations
@@ -33,13 +34,18 @@ def initial_components(
     reader_init: str | None = None,
     with_query_embedder: bool = True,
     reader_dropout: float | None = None,
+    answer_pointer: bool = False,
 ) -> dict[str, PreTrainedModel]:
     """reader (and query_embedder when `with_query_embedder`) of a fresh run (module
     docstring): a `reader_init` holding a reader (a warm-up's) gives the whole reader, span MLP
     included; one holding an encoder gives the reader's BERT and question-match vector, under
     a fresh span MLP. The reader's hidden states drop out at `reader_dropout` (None: the
-    preset's dropout); its saved config keeps that rate, so a resumed run trains with it too."""
-    reader_config = model_config if reader_dropout is None else dataclasses.replace(model_config, hidden_dropout=reader_dropout)
+    preset's dropout); its saved config keeps that rate, so a resumed run trains with it too.
+    `answer_pointer`: the reader points from an answer slot, started from the encoder's copy
+    head (a warm-up's reader must have one already)."""
+    reader_config = dataclasses.replace(model_config, answer_pointer=answer_pointer)
+    if reader_dropout is not None:
+        reader_config = dataclasses.replace(reader_config, hidden_dropout=reader_dropout)
     components: dict[str, PreTrainedModel] = {"reader": build_reader(reader_config)}
     reader_init = None if reader_init == WARM_START else reader_init or init_checkpoint
     if with_query_embedder:
@@ -67,6 +73,8 @@ def initial_components(
             _load_into(components["reader"].bert, init["encoder"].bert, reader_init, "encoder")
             # Zero unless pre-training flagged the masked sentence's words for it.
             _load_into(components["reader"].question_match, init["encoder"].question_match, reader_init, "encoder")
+            if answer_pointer:
+                components["reader"].answer_pointer.start_from(init["encoder"].copy_head)
         else:
             log.info("%s has no encoder; the reader starts from %s", reader_init, model_config.model_dir or "random init")
     return {name: component.to(device) for name, component in components.items()}

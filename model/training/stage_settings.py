@@ -201,6 +201,11 @@ class FinetuneConfig(RetentionConfig):
         True, description="validate and publish a moving average of the steps' weights, leaning to the later ones, "
         "instead of the last step's (realm.model.training.weight_average)",
     )
+    answer_pointer: bool = Field(
+        False, description="questions end in a [MASK] slot whose pointer scores each span's start and end, started "
+        "from the pre-trained encoder's copy head where it has one (realm.model.networks.answer_pointer) and "
+        "trained at span_head_learning_rate",
+    )
     checkpoint_every: int = Field(200, ge=1, description="steps between checkpoints, each validated")
     log_every: int = Field(10, ge=1)
     num_read: int = Field(5, ge=1, description="blocks the reader reads per question (REALM and ORQA: 5)")

@@ -133,7 +133,7 @@ class FinetuneTrainer(Trainer):
         components = self._start_components(
             lambda: initial_components(
                 init_checkpoint, model_config, self.device, reader_init=reader_init, with_query_embedder=dense,
-                reader_dropout=config.reader_dropout,
+                reader_dropout=config.reader_dropout, answer_pointer=config.answer_pointer,
             ),
             inputs,
         )

@@ -454,3 +454,31 @@ def test_averaging_without_validation_questions_publishes_the_newest_average(qa_
     published = _weights(result["checkpoint"])
     assert all(torch.equal(published[name], value) for name, value in average.items())
     assert not torch.equal(published["reader.span_output.weight"], _weights(tmp_path / "3")["reader.span_output.weight"])
+
+
+def test_an_answer_pointer_starts_from_the_pretrained_copy_head_trains_and_answers_through_its_slot(
+    qa_corpus, tmp_path, tiny_config
+):
+    encoder = build_encoder(tiny_config)
+    with torch.no_grad():  # as pre-training with `copy_from_block` leaves it
+        for parameter in encoder.copy_head.parameters():
+            parameter.normal_(std=0.3)
+    init = save_checkpoint(tmp_path / "pretrain", 100, {"query_embedder": build_component(Embedder, tiny_config), "encoder": encoder})
+    pointing = CONFIG.model_copy(update={"answer_pointer": True})
+    started, _ = _train(qa_corpus, tmp_path / "start", tiny_config, pointing.model_copy(update={"epochs": 0}), init_checkpoint=str(init))
+    reader = load_components(started["checkpoint"])["reader"]
+    assert reader.config.answer_pointer and reader.reads_answer_slot  # saved with it, so answering reads the slot
+    pointer, copy = reader.answer_pointer.state_dict(), encoder.copy_head.state_dict()
+    for end in ("start", "end"):
+        for part in ("query", "key"):
+            for tensor in ("weight", "bias"):
+                assert torch.equal(pointer[f"{end}_{part}.{tensor}"], copy[f"{part}.{tensor}"])
+
+    trained, logged = _train(qa_corpus, tmp_path / "trained", tiny_config, pointing.model_copy(update={"epochs": 2}), init_checkpoint=str(init))
+    assert all(math.isfinite(m["reader_loss"]) for m in logged)
+    moved = load_components(trained["checkpoint"])["reader"].answer_pointer.state_dict()
+    assert all(not torch.equal(moved[key], pointer[key]) for key in pointer)
+    answerer = Answerer.from_checkpoint(trained["checkpoint"], qa_corpus[1], qa_corpus[0], tiny_config, CPU)
+    prediction = answerer.answer([EXAMPLES[0].question], num_read=3)[0]
+    read_from = next(e for e in prediction.evidence if e.block_id == prediction.block_id)
+    assert prediction.answer and read_from.text[slice(*prediction.answer_offsets)] == prediction.answer
