@@ -176,13 +176,13 @@ def start_index(layout: RunLayout, start: str, out: Path, args, device, model_co
     return index
 
 
-def finetune_and_evaluate(name: str, init: str, index: str, seed: int, epochs: float, layout: RunLayout, out: Path, device,
-                          model_config, training, questions, results: Results) -> list[bool]:
+def finetune_and_evaluate(name: str, init: str, index: str, seed: int, config: FinetuneConfig, layout: RunLayout,
+                          out: Path, device, model_config, training, questions, results: Results) -> list[bool]:
     """Fine-tune from `init` on the `training` questions, answer `questions`; returns whether
     each answer is right, in the order of `score_predictions`' rows (the same for every system)."""
     start = time.perf_counter()
     trainer = FinetuneTrainer(training, layout.blocks, index, init, str(out / f"{name}-{seed}"), model_config,
-                              FinetuneConfig(epochs=epochs), device=device, seed=seed)
+                              config, device=device, seed=seed)
     trained = trainer.run()
     answerer = Answerer.from_checkpoint(trained["checkpoint"], index, layout.blocks, model_config, device=device)
     predictions = answerer.answer([e.question for e in questions], num_read=5, num_retrieve=max(RECALL_AT))
@@ -207,11 +207,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="pre-training seed")
     parser.add_argument("--pretrain_param", action="append", default=[], type=str, metavar="FIELD=VALUE",
                         help="override a PretrainConfig field, e.g. copy_from_block=true (repeatable)")
+    parser.add_argument("--finetune_param", action="append", default=[], type=str, metavar="FIELD=VALUE",
+                        help="override a FinetuneConfig field for every system, e.g. answer_pointer=true (repeatable)")
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS),
                         help="orqa alone needs no pre-training")
     parser.add_argument("--results", help="where the measurements go (default: <output>/results.json)")
     parser.add_argument("--qa", nargs="*", default=[], help="evaluation files beside the shipped demo set and held-out tenths")
     args = parser.parse_args()
+    finetune_config = with_overrides(FinetuneConfig(epochs=args.finetune_epochs), args.finetune_param)  # fails before any training
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     out = Path(args.output)
@@ -229,7 +232,7 @@ def main() -> None:
     questions = [e for path in [*evaluation_qa_paths(), *args.qa] for e in read_qa_file(path)]
     inits = {"realm": checkpoint if "realm" in args.systems else None, "orqa": start}
     for seed in args.seeds:
-        right = {name: finetune_and_evaluate(name, inits[name], index, seed, args.finetune_epochs, layout, out, device,
+        right = {name: finetune_and_evaluate(name, inits[name], index, seed, finetune_config, layout, out, device,
                                              model_config, training, questions, results)
                  for name in args.systems}
         if len(right) == 2:
