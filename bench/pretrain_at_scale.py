@@ -11,9 +11,9 @@ wordpieces) and batch, the retriever frozen for the first half as the stage's de
    in turn on one trainer; the fastest sizes the step count to `--pretrain_seconds`;
 2. pre-training from the run's retriever start (`checkpoints/ict/<newest>/`) and the BERT warm
    start, then masked-span accuracy on `--heldout` held-out examples;
-3. for each seed, fine-tuning (the main job's recipe) from the pre-trained checkpoint (`realm`)
-   and from the retriever start with a fresh reader (`orqa`), each evaluated on the evaluation
-   sets with the paired test between the two.
+3. for each seed, fine-tuning (the main job's recipe, with any `--finetune_param` overrides)
+   from the pre-trained checkpoint (`realm`) and from the retriever start with a fresh reader
+   (`orqa`), each evaluated on the evaluation sets with the paired test between the two.
 
 It drives the trainers directly, without Prefect (a rented GPU machine need not have it), on a
 prepared run root (`realm prepare` and the ICT stage: blocks/, block_entities/,
