@@ -185,11 +185,12 @@ class Reader(BertPreTrainedModel):
         # The head runs in float32 even under bf16 autocast: one softmax ranks thousands of
         # spans against each other, and bf16's 8-bit mantissa ties scores ~0.4% apart.
         with torch.autocast(hidden.device.type, enabled=False):
-            start_part, end_part = self.span_projection(hidden.float()).chunk(2, dim=-1)  # [n, length, span_hidden] x2
+            hidden = hidden.float()
+            start_part, end_part = self.span_projection(hidden).chunk(2, dim=-1)  # [n, length, span_hidden] x2
             span_hidden = self.span_norm(_span_sums(start_part, end_part, spans).relu_())  # [n, spans, span_hidden]
             logits = self.span_output(span_hidden).squeeze(-1)  # [n, spans]
             if self.answer_pointer is not None:
-                start, end = self.answer_pointer(hidden.float(), answer_slots(joint))  # [n, length] x2
+                start, end = self.answer_pointer(hidden, answer_slots(joint))  # [n, length] x2
                 logits = logits + _span_sums(start[..., None], end[..., None], spans).squeeze(-1)
         return mask_log_scores(logits, spans.valid)
 
