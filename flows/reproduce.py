@@ -14,6 +14,8 @@ This flow trains and evaluates, on one corpus and one set of questions, the syst
                                       (x30 of the presets' refresh interval exceeds their step counts:
                                       the index of the ICT towers is then never refreshed while
                                       pre-training; fine-tuning still reads one built at the end)
+    closed_book                       the same salient-span pre-training with the null document alone
+                                      (no retrieval), reader from its encoder, ICT's query tower and index
 
 A row whose training would repeat another's under the stages' settings is not trained, and the
 table says which it repeats (`ReproduceParams.repeated_systems`): with the retriever frozen
@@ -24,7 +26,7 @@ row again.
 
 Layout under `output`: `base/` holds the prepared corpus, the ICT warm start and its index
 (`base/index/<ict step>/`); each pre-training variant has a run root of its own (`realm/`,
-`random_spans/`, `stale_index/`) and each system one for its fine-tuning and predictions
+`random_spans/`, `stale_index/`, `closed_book/`) and each system one for its fine-tuning and predictions
 (`systems/<name>/`), all reading `base/`'s corpus through symbolic links. Every stage is a
 cached flow, so a re-run skips what is done and an interrupted one resumes. Results:
 `results.parquet` (schema `REPRODUCTION_RESULTS`), `results.md`, `results.png`, and the same

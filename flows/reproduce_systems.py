@@ -11,7 +11,7 @@ from realm.flows.params import PipelineParams, PretrainParams, RunPreset
 
 SystemName = Literal[
     "bm25", "orqa", "realm", "realm_retriever_baseline_encoder", "baseline_retriever_realm_encoder",
-    "random_spans", "stale_index",
+    "random_spans", "stale_index", "closed_book",
 ]
 SYSTEMS: tuple[SystemName, ...] = SystemName.__args__
 
@@ -30,6 +30,8 @@ SPECS: dict[str, SystemSpec] = {
     "baseline_retriever_realm_encoder": SystemSpec("realm", "ict", "pretrain"),
     "random_spans": SystemSpec("random_spans", "pretrain", "pretrain"),
     "stale_index": SystemSpec("stale_index", "pretrain", "pretrain"),
+    # The null document alone never trains a tower, so its retriever is ICT's.
+    "closed_book": SystemSpec("closed_book", "ict", "pretrain"),
 }
 
 
@@ -39,6 +41,7 @@ def pretrain_variant(variant: str, pretrain: PretrainParams, stale_factor: int) 
         "realm": {},
         "random_spans": {"random_spans": True},
         "stale_index": {"refresh_every": pretrain.refresh_every * stale_factor},
+        "closed_book": {"num_candidates": 1},
     }[variant]
     return pretrain.model_copy(update=updates)
 

@@ -131,7 +131,7 @@ class BruteForceIndex:
     def lookup(self, block_ids: np.ndarray) -> np.ndarray:
         """The stored vectors of `block_ids` (any shape) -> [..., dim] float32."""
         block_ids = np.asarray(block_ids)
-        return self.vectors[self._lookup.rows(block_ids.ravel())].reshape(*block_ids.shape, -1)
+        return self.vectors[self._lookup.rows(block_ids.ravel())].reshape(*block_ids.shape, self.vectors.shape[1])
 
 
 def _top_k(scores: np.ndarray, rows: np.ndarray, k: int, block_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -233,7 +233,7 @@ class MipsIndex:
     def lookup(self, block_ids: np.ndarray) -> np.ndarray:
         """The stored float32 vectors of `block_ids` (any shape) -> [..., dim]."""
         block_ids = np.asarray(block_ids)
-        return np.asarray(self.vectors[self._lookup.rows(block_ids.ravel())]).reshape(*block_ids.shape, -1)
+        return np.asarray(self.vectors[self._lookup.rows(block_ids.ravel())]).reshape(*block_ids.shape, self.vectors.shape[1])
 
     def save(
         self,

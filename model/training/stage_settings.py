@@ -99,7 +99,10 @@ class PretrainConfig(RetentionConfig):
     # a step with candidates re-embedded by the doc tower, 56 distinct blocks a step).
     steps: int = Field(1000, ge=0)
     batch_size: int = Field(8, ge=1)
-    num_candidates: int = Field(8, ge=2, description="k, the null document included")
+    num_candidates: int = Field(
+        8, ge=1, description="k, the null document included; 1: the null document alone, the closed-book ablation "
+        "(salient-span MLM with no retrieval; neither tower trains)"
+    )
     learning_rate: float = Field(1e-4, gt=0, description="peak rate of the encoder's BERT")
     mlm_head_learning_rate: float = Field(
         1e-3, gt=0, description="peak rate of the freshly initialised MLM head's transform and bias (its decoder is "

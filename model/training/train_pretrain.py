@@ -178,7 +178,7 @@ class PretrainTrainer(Trainer):
             learning_rates=[config.retriever_learning_rate] * 2
             + [config.learning_rate]
             + [config.mlm_head_learning_rate] * len(fresh),
-            start_steps=[config.retriever_frozen_steps] * 2 + [0] * (1 + len(fresh)),
+            start_steps=[self._retriever_start_step] * 2 + [0] * (1 + len(fresh)),
         )
         scheduler = build_scheduler(optimizer, config.warmup_steps, config.steps, config.retriever_warmup_steps)
         state = self._restore(optimizer, scheduler, config.steps)
@@ -209,6 +209,13 @@ class PretrainTrainer(Trainer):
             "doc_embedder": towers["doc_embedder"],
             "encoder": build_component(KnowledgeAugmentedEncoder, self.model_config),
         }
+
+    @property
+    def _retriever_start_step(self) -> int:
+        """The step the towers start training. With the null document alone (k = 1) p(z|x) is 1
+        whatever they embed, so no gradient could reach them and they never start: weight decay
+        alone would shrink them."""
+        return self.config.retriever_frozen_steps if self.config.num_candidates > 1 else self.config.steps
 
     # -- the index -------------------------------------------------------------------------
 
@@ -296,7 +303,7 @@ class PretrainTrainer(Trainer):
         self._train_mode(True)
         # Set from the step alone, so a resumed run freezes exactly as this one. Frozen towers
         # build no graph; AdamW keeps no state for them until their first gradient.
-        retriever_trains = self.step >= self.config.retriever_frozen_steps
+        retriever_trains = self.step >= self._retriever_start_step
         self.retriever.query_embedder.requires_grad_(retriever_trains)
         self.retriever.freeze_doc_tower = self.config.cached_doc_embeddings or not retriever_trains
         coverage = None

@@ -48,7 +48,7 @@ def test_rows_that_would_repeat_another_are_not_trained_and_refused_by_name(tmp_
     ]
     stages.pretrain.retriever_frozen_steps = stages.pretrain.steps  # and the query tower never trains
     params = ReproduceParams(qa_train=["train.jsonl"], stages=stages)
-    assert params.effective_systems() == ["bm25", "orqa", "realm", "random_spans"]
+    assert params.effective_systems() == ["bm25", "orqa", "realm", "random_spans", "closed_book"]
     assert {name: reason.split(":")[0] for name, reason in params.repeated_systems().items()} == {
         "realm_retriever_baseline_encoder": "repeats orqa", "baseline_retriever_realm_encoder": "repeats realm",
         "stale_index": "repeats realm",
@@ -91,6 +91,10 @@ def test_every_system_of_the_table_trains_evaluates_and_is_reported(run_root, tm
     assert seconds["bm25"] == stage["prepare"] + stage["bm25_index_bm25"] + stage["finetune_bm25"]  # no ICT, no pre-training
     assert seconds["orqa"] == stage["prepare"] + stage["ict"] + stage["ict_index"] + stage["finetune_orqa"]
     assert seconds["stale_index"] == stage["prepare"] + stage["ict"] + stage["pretrain_stale_index"] + stage["finetune_stale_index"]
+    # The closed-book encoder reads with ICT's query tower and index.
+    assert seconds["closed_book"] == (
+        stage["prepare"] + stage["ict"] + stage["pretrain_closed_book"] + stage["ict_index"] + stage["finetune_closed_book"]
+    )
     markdown = (run_root / "results.md").read_text()
     assert all(f"| {system} |" in markdown for system in SYSTEMS) and "Not trained" not in markdown
     assert (run_root / "results.png").stat().st_size > 0

@@ -62,6 +62,14 @@ def test_lookup_returns_stored_vectors_by_block_id():
         index.lookup(np.array([123456789]))
 
 
+def test_lookup_of_no_block_ids_is_an_empty_batch_of_vectors():
+    # A batch whose candidates are all the null document (the closed-book ablation) looks up none.
+    vectors, block_ids, _ = _clustered(100)
+    for index in (MipsIndex.build(vectors, block_ids), BruteForceIndex.build(vectors, block_ids)):
+        assert index.lookup(np.zeros(0, dtype=np.int64)).shape == (0, vectors.shape[1])
+        assert index.lookup(np.zeros((2, 0), dtype=np.int64)).shape == (2, 0, vectors.shape[1])
+
+
 def test_nlist_scales_with_corpus():
     assert ivf_nlist(13_000_000) == 16384
     assert ivf_nlist(1_000_000) == 16384

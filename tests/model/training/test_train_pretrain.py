@@ -241,6 +241,28 @@ def test_neither_tower_trains_before_retriever_frozen_steps(corpus, tmp_path, ti
         assert not torch.equal(start[name]["projection.weight"], tower.projection.weight), name
 
 
+@pytest.mark.parametrize("cached", [False, True])
+def test_the_closed_book_ablation_reads_the_null_document_alone_and_trains_only_the_encoder(
+    corpus, tmp_path, tiny_config, cached
+):
+    config = CONFIG.model_copy(update=dict(num_candidates=1, cached_doc_embeddings=cached))
+    trainer = _trainer(corpus, tmp_path, tiny_config, config)
+    towers = {"query": trainer.retriever.query_embedder, "doc": trainer.retriever.doc_embedder}
+    start = {name: {k: v.clone() for k, v in tower.state_dict().items()} for name, tower in towers.items()}
+    encoder_start = trainer.encoder.bert.encoder.layer[0].attention.self.query.weight.clone()
+    metrics = _run(trainer, 3)
+    # p(null|x) = 1: each loss is the masked span's −log p(y|x) read from `[CLS] x [SEP] [SEP]` alone.
+    assert [(m["null_document_probability"], m["retrieval_entropy"], m["span_in_candidates"]) for m in metrics] == [
+        (1.0, 0.0, 0.0)
+    ] * 3
+    assert [m["retriever_learning_rate"] for m in metrics] == [0.0] * 3
+    for name, tower in towers.items():
+        assert all(torch.equal(v, tower.state_dict()[k]) for k, v in start[name].items()), name
+    assert not torch.equal(encoder_start, trainer.encoder.bert.encoder.layer[0].attention.self.query.weight)
+    evaluation = trainer.evaluate_masked_spans()
+    assert evaluation["accuracy_with_retrieval"] == evaluation["accuracy_null_only"]
+
+
 def test_the_towers_learn_at_their_own_rate_from_zero_once_they_unfreeze(corpus, tmp_path, tiny_config):
     config = CONFIG.model_copy(
         update=dict(steps=8, warmup_steps=0, retriever_frozen_steps=2, retriever_learning_rate=5e-4, retriever_warmup_steps=3)
