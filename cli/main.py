@@ -51,7 +51,8 @@ train     Prefect, one stage at a time:
             finetune  Open-QA: query tower + span reader over the top 5 blocks, index fixed
                       (one softmax over every span of the read blocks, best validated checkpoint kept)
 evaluate  Prefect: exact match, reader accuracy and answer recall@1/5/20 per dataset; predictions/ Parquet.
-compare   evaluated runs side by side: bootstrap 95% intervals and paired tests against the first.
+compare   evaluated or pre-trained runs side by side: bootstrap 95% intervals and paired tests
+          against the first (answers to questions; masked spans of the same pre-training examples).
 reproduce Prefect: REALM vs ICT-only (ORQA) vs BM25 + reader and the paper's ablations,
           trained and evaluated on one corpus and question set; a table, a chart, Parquet.
 ask       answer a question with a trained run, showing the evidence blocks.
@@ -321,13 +322,13 @@ def _print_answer(answerer, question: str, num_read: int, evidence: int) -> None
 
 def _compare(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
-    from realm.flows.comparison import compare_runs, comparison_markdown
+    from realm.flows.comparison import compare, comparison_markdown
 
-    rows = compare_runs(args.runs)
+    found = compare(args.runs)
     if args.json:
-        _print_json(rows)
+        _print_json(found)
     else:
-        print(comparison_markdown(rows, args.runs))
+        print(comparison_markdown(found, args.runs))
     return 0
 
 
@@ -395,12 +396,14 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(handler=_evaluate)
 
     compare = commands.add_parser(
-        "compare", help="EM with bootstrap 95%% intervals and paired tests of evaluated runs on the same questions",
-        description="Reads each run's predictions/ (written by `realm evaluate`); the first run is the baseline the "
-        "others are tested against (exact McNemar test on the questions one answers right and the other wrong).",
+        "compare", help="EM (or masked-span accuracy) with bootstrap 95%% intervals and paired tests of runs on the same examples",
+        description="Reads each run's predictions/ (written by `realm evaluate`) and masked_spans/ (written by "
+        "pre-training's last evaluation), whichever every run has; the first run is the baseline the others are tested "
+        "against (exact McNemar test on the questions, or masked spans, one gets right and the other wrong).",
     )
     compare.add_argument("runs", nargs="+", help="run roots, baseline first")
-    compare.add_argument("--json", action="store_true", help="print the rows as one JSON line")
+    compare.add_argument("--json", action="store_true",
+                         help='print {"questions": rows, "masked_spans": rows} (those every run has) as one JSON line')
     compare.set_defaults(handler=_compare)
 
     reproduce = commands.add_parser(

@@ -1,69 +1,184 @@
-"""Comparing evaluated runs question by question: `realm compare RUN_A RUN_B ...`.
+"""Comparing runs example by example: `realm compare RUN_A RUN_B ...`.
 
-Reads each run's `predictions/<dataset>.parquet` (written by `realm evaluate` through the
-PREDICTIONS schema, checked against the sizes and sha256 it recorded) and, per dataset the runs share, reports exact match, reader accuracy
-(exact match among the questions with an answer in the blocks read) and recall@5, each with
-a percentile-bootstrap 95% interval, and an exact McNemar test of each run against the first
-on the questions exactly one of them answers right. Runs must have answered the same
-questions (the same question file), or the comparison is refused naming the dataset.
+Questions: each run's `predictions/<dataset>.parquet` (written by `realm evaluate` through the
+PREDICTIONS schema) gives, per dataset the runs share, exact match, reader accuracy (exact
+match among the questions with an answer in the blocks read) and recall@5, each with a
+percentile-bootstrap 95% interval, and an exact McNemar test of each run against the first on
+the questions exactly one of them answers right. Runs must have answered the same questions
+(the same question file), or the comparison is refused naming the dataset.
+
+Masked spans: each run's `masked_spans/<examples>.parquet` (pre-training's last evaluation,
+MASKED_SPAN_OUTCOMES) gives masked-span accuracy with retrieval and with the null document
+alone, with intervals, and the same paired test of accuracy with retrieval against the first
+run: e.g. REALM's pre-training against a closed-book one, on the same never-trained-on
+examples. Runs must have evaluated the same examples, or the comparison is refused.
+
+Every file read is checked against the sizes and sha256 its directory's manifest recorded.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
+
 from realm.schemas.run_layout import RunLayout
 
 
-def compare_runs(run_roots: list[str]) -> list[dict]:
-    """One row per (dataset, run): {dataset, run, n, em, em_low, em_high, reader_accuracy,
-    reader_low, reader_high, n_answer_read, recall_at_5, only_this_right, only_baseline_right,
-    p_value} (the last three None for the baseline)."""
-    from realm.model.qa.paired_stats import bootstrap_interval, mcnemar_exact_p_value
+def _results(directory: Path, schema: pa.Schema) -> dict[str, list[dict]] | None:
+    """`<directory>/*.parquet` by file stem, read through `schema` once the manifest (where one
+    was written) checks out; None when the directory holds neither."""
     from realm.model.publish import MANIFEST_FILE, verify_step
-    from realm.schemas import PREDICTIONS, read_table
+    from realm.schemas import read_table
 
-    tables = {}
-    for root in run_roots:
-        directory = RunLayout.at(root).predictions
-        files = sorted(directory.glob("*.parquet"))
-        if not files:
-            raise FileNotFoundError(f"{directory}: no predictions; run `realm evaluate --run {root} --qa ...` first")
-        if (directory / MANIFEST_FILE).is_file():  # runs evaluated before manifests have none
-            verify_step(directory)
-        tables[root] = {file.stem: read_table(str(file), PREDICTIONS).to_pylist() for file in files}
-    shared = sorted(set.intersection(*(set(by_dataset) for by_dataset in tables.values())))
+    files = sorted(directory.glob("*.parquet"))
+    if (directory / MANIFEST_FILE).is_file():  # runs evaluated before manifests have none
+        verify_step(directory)  # a file the manifest lists and the directory lost is named here
+    elif not files:
+        return None
+    return {file.stem: read_table(str(file), schema).to_pylist() for file in files}
+
+
+def _paired(correct: list[bool], baseline: list[bool], is_baseline: bool) -> dict:
+    """The exact McNemar test of `correct` against `baseline` (the same examples, in order)."""
+    from realm.model.qa.paired_stats import mcnemar_exact_p_value
+
+    only_this = sum(a and not b for a, b in zip(correct, baseline))
+    only_baseline = sum(b and not a for a, b in zip(correct, baseline))
+    return {
+        "only_this_right": None if is_baseline else only_this,
+        "only_baseline_right": None if is_baseline else only_baseline,
+        "p_value": None if is_baseline else mcnemar_exact_p_value(only_this, only_baseline),
+    }
+
+
+def _accuracy(correct: list[bool], key: str) -> dict:
+    """{key, key_low, key_high}: the mean of `correct` and its bootstrap 95% interval."""
+    from realm.model.qa.paired_stats import bootstrap_interval
+
+    low, high = bootstrap_interval(correct)
+    return {key: sum(correct) / len(correct) if correct else None, f"{key}_low": low, f"{key}_high": high}
+
+
+def compare(run_roots: list[str]) -> dict[str, list[dict]]:
+    """{"questions": rows, "masked_spans": rows}, each where every run has that kind of
+    result; refused when they share neither.
+
+    A questions row per (dataset, run): {dataset, run, n, em, em_low, em_high,
+    reader_accuracy, reader_low, reader_high, n_answer_read, recall_at_5, only_this_right,
+    only_baseline_right, p_value} (the last three None for the baseline). A masked-spans row
+    per (examples, run): {examples, run, step, n, accuracy_with_retrieval and its interval
+    (…_low, …_high), accuracy_null_only and its interval, span_in_candidates, and the paired
+    three, of accuracy with retrieval against the first run's}."""
+    from realm.schemas import MASKED_SPAN_OUTCOMES, PREDICTIONS
+
+    layouts = [RunLayout.at(root) for root in run_roots]
+    predictions = [_results(layout.predictions, PREDICTIONS) for layout in layouts]
+    masked_spans = [_results(layout.masked_spans, MASKED_SPAN_OUTCOMES) for layout in layouts]
+    found = {}
+    if all(predictions):
+        found["questions"] = _compare_questions(run_roots, predictions)
+    if all(masked_spans):
+        found["masked_spans"] = _compare_masked_spans(run_roots, masked_spans)
+    if not found:
+        lacking = next((root for root, p, m in zip(run_roots, predictions, masked_spans) if not p and not m), None)
+        raise FileNotFoundError(
+            f"{RunLayout.at(lacking).predictions}: no predictions (run `realm evaluate --run {lacking} --qa ...` first) "
+            f"and no masked_spans/ (pre-training writes them)"
+            if lacking else f"the runs {run_roots} share no kind of result: some have only predictions, some only masked_spans"
+        )
+    return found
+
+
+def _shared(run_roots: list[str], tables: list[dict[str, list[dict]]], what: str) -> list[str]:
+    """The file stems every run has, sorted; refused when there are none."""
+    shared = sorted(set.intersection(*(set(table) for table in tables)))
     if not shared:
-        raise ValueError(f"the runs {run_roots} evaluated no dataset in common")
+        raise ValueError(f"the runs {run_roots} evaluated no {what} in common")
+    return shared
 
+
+def _compare_questions(run_roots: list[str], tables: list[dict[str, list[dict]]]) -> list[dict]:
     rows = []
-    for dataset in shared:
-        baseline = tables[run_roots[0]][dataset]
-        for root in run_roots:
-            predictions = tables[root][dataset]
+    for dataset in _shared(run_roots, tables, "dataset"):
+        baseline = tables[0][dataset]
+        for root, by_dataset in zip(run_roots, tables):
+            predictions = by_dataset[dataset]
             if [p["question"] for p in predictions] != [p["question"] for p in baseline]:
                 raise ValueError(f"{dataset}: {root} and {run_roots[0]} answered different questions; evaluate both on one file")
             em = [p["exact_match"] for p in predictions]
             read = [p["exact_match"] for p in predictions if p["answer_rank"] is not None and p["answer_rank"] < p["num_read"]]
-            only_this = sum(a and not b["exact_match"] for a, b in zip(em, baseline))
-            only_baseline = sum(b["exact_match"] and not a for a, b in zip(em, baseline))
-            is_baseline = root == run_roots[0]
+            em_interval, reader = _accuracy(em, "em"), _accuracy(read, "reader_accuracy")
             rows.append({
-                "dataset": dataset, "run": root, "n": len(em), "em": sum(em) / len(em),
-                **dict(zip(("em_low", "em_high"), bootstrap_interval(em))),
-                "reader_accuracy": sum(read) / len(read) if read else None,
-                **dict(zip(("reader_low", "reader_high"), bootstrap_interval(read))),
+                "dataset": dataset, "run": root, "n": len(em), **em_interval,
+                "reader_accuracy": reader["reader_accuracy"],
+                "reader_low": reader["reader_accuracy_low"], "reader_high": reader["reader_accuracy_high"],
                 "n_answer_read": len(read),
                 "recall_at_5": sum(p["answer_rank"] is not None and p["answer_rank"] < 5 for p in predictions) / len(em),
-                "only_this_right": None if is_baseline else only_this,
-                "only_baseline_right": None if is_baseline else only_baseline,
-                "p_value": None if is_baseline else mcnemar_exact_p_value(only_this, only_baseline),
+                **_paired(em, [p["exact_match"] for p in baseline], root == run_roots[0]),
             })
     return rows
 
 
-def comparison_markdown(rows: list[dict], run_roots: list[str]) -> str:
+def _compare_masked_spans(run_roots: list[str], tables: list[dict[str, list[dict]]]) -> list[dict]:
+    rows = []
+    for examples in _shared(run_roots, tables, "set of masked-span examples"):
+        baseline = {o["example_id"]: o for o in tables[0][examples]}
+        for root, by_examples in zip(run_roots, tables):
+            outcomes = {o["example_id"]: o for o in by_examples[examples]}
+            if outcomes.keys() != baseline.keys():
+                raise ValueError(
+                    f"masked_spans/{examples}: {root} and {run_roots[0]} evaluated different examples "
+                    f"({len(outcomes)} and {len(baseline)}, {len(outcomes.keys() & baseline.keys())} shared); "
+                    "pre-train both from one corpus with the same seed, batch size and steps"
+                )
+            ids = sorted(baseline)
+            right = [outcomes[i]["right_with_retrieval"] for i in ids]
+            rows.append({
+                "examples": examples, "run": root, "step": outcomes[ids[0]]["step"], "n": len(ids),
+                **_accuracy(right, "accuracy_with_retrieval"),
+                **_accuracy([outcomes[i]["right_null_only"] for i in ids], "accuracy_null_only"),
+                "span_in_candidates": sum(outcomes[i]["span_in_candidates"] for i in ids) / len(ids),
+                **_paired(right, [baseline[i]["right_with_retrieval"] for i in ids], root == run_roots[0]),
+            })
+    return rows
+
+
+def comparison_markdown(found: dict[str, list[dict]], run_roots: list[str]) -> str:
+    """`compare`'s tables: the questions', then the masked spans'."""
     names = {root: Path(root).name or root for root in run_roots}
+    tables = []
+    if "questions" in found:
+        tables.append(_questions_markdown(found["questions"], names))
+    if "masked_spans" in found:
+        tables.append(_masked_spans_markdown(found["masked_spans"], names))
+    return "\n\n".join(tables)
+
+
+def _paired_cells(row: dict) -> tuple[str, str]:
+    if row["p_value"] is None:
+        return "baseline", ""
+    return f"{row['only_this_right']} / {row['only_baseline_right']}", f"{row['p_value']:.3g}"
+
+
+def _masked_spans_markdown(rows: list[dict], names: dict[str, str]) -> str:
+    lines = [
+        "| masked spans of | run | step | n | accuracy with retrieval [95% CI] | null document alone [95% CI] "
+        "| span in a retrieved block | right only here / only in baseline (with retrieval) | p |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        paired, p_value = _paired_cells(r)
+        lines.append(
+            f"| {r['examples']} | {names[r['run']]} | {r['step']} | {r['n']} "
+            f"| {r['accuracy_with_retrieval']:.3f} [{r['accuracy_with_retrieval_low']:.3f}, {r['accuracy_with_retrieval_high']:.3f}] "
+            f"| {r['accuracy_null_only']:.3f} [{r['accuracy_null_only_low']:.3f}, {r['accuracy_null_only_high']:.3f}] "
+            f"| {r['span_in_candidates']:.3f} | {paired} | {p_value} |"
+        )
+    return "\n".join(lines)
+
+
+def _questions_markdown(rows: list[dict], names: dict[str, str]) -> str:
     lines = [
         "| dataset | run | n | EM [95% CI] | reader accuracy [95% CI] (n) | R@5 | right only here / only in baseline | p |",
         "|---|---|---|---|---|---|---|---|",
@@ -72,8 +187,7 @@ def comparison_markdown(rows: list[dict], run_roots: list[str]) -> str:
         reader = "-" if r["reader_accuracy"] is None else (
             f"{r['reader_accuracy']:.3f} [{r['reader_low']:.3f}, {r['reader_high']:.3f}]"
         )
-        paired = "baseline" if r["p_value"] is None else f"{r['only_this_right']} / {r['only_baseline_right']}"
-        p_value = "" if r["p_value"] is None else f"{r['p_value']:.3g}"
+        paired, p_value = _paired_cells(r)
         lines.append(
             f"| {r['dataset']} | {names[r['run']]} | {r['n']} | {r['em']:.3f} [{r['em_low']:.3f}, {r['em_high']:.3f}] "
             f"| {reader} ({r['n_answer_read']}) | {r['recall_at_5']:.3f} | {paired} | {p_value} |"

@@ -7,7 +7,9 @@ index (temp dir + rename) while training goes on. `refresh_every` steps after it
 when the next refresh starts, the trainer swaps the new index in (waiting for it, with a
 warning, if it is not published yet: the index of each step never depends on how fast a build
 ran) and logs the staleness (steps between snapshot and swap). The flow logs the progress and
-the evaluations, draws the curves and publishes the summary and the refreshes as artifacts. A
+the evaluations, draws the curves, publishes the summary and the refreshes as artifacts and
+writes the last evaluation's outcome per example to `masked_spans/` (`realm compare` pairs two
+runs' on the examples both evaluated). A
 killed run restarts from its last checkpoint, the index that checkpoint trained against and
 the refresh it had in flight (from the same snapshot); a half-written index is never opened.
 With the doc tower frozen (`cached_doc_embeddings`) there is nothing to refresh: the run
@@ -104,7 +106,28 @@ def realm_pretrain(
     result = trainer.run(PretrainHooks(reporter, evaluated, refresh), roots)
     reporter.publish_curves(("loss", "retrieval_entropy", "accuracy_with_retrieval", "accuracy_null_only"))
     _publish_summary(result.evaluations, result.refreshes)
+    _write_outcomes(layout, result.outcomes)
     return _flow_result(result)
+
+
+def _write_outcomes(layout: RunLayout, outcomes: dict[str, list[dict]]) -> None:
+    """Replace `masked_spans/` whole with the last evaluation of each set ("held_out",
+    "never_trained_on"), one file each, and a manifest of their sizes and sha256 for `realm
+    compare`: a set an earlier pre-training evaluated and this one did not is not left behind."""
+    import os
+    import shutil
+
+    from realm.model.publish import replace_dir, write_manifest
+    from realm.schemas import MASKED_SPAN_OUTCOMES, write_table
+
+    staging = layout.root / f".staging-masked_spans-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    for which, rows in outcomes.items():
+        name = which.replace("-", "_").replace(" ", "_")
+        write_table(str(staging / f"{name}.parquet"), rows, MASKED_SPAN_OUTCOMES, atomic=False)
+    write_manifest(staging, [], {})
+    replace_dir(staging, layout.masked_spans)
 
 
 def _flow_result(result) -> dict:

@@ -18,6 +18,7 @@ from realm.schemas.io import (
     validate_table,
     write_table,
 )
+from realm.schemas.masked_spans import MASKED_SPAN_OUTCOMES
 from realm.schemas.predictions import PREDICTIONS
 from realm.schemas.reproduction import REPRODUCTION_RESULTS
 
@@ -31,6 +32,7 @@ ARTIFACTS = {
     "dead_letter": DEAD_LETTER,
     "embeddings": EMBEDDINGS,
     "predictions": PREDICTIONS,
+    "masked_spans": MASKED_SPAN_OUTCOMES,
     "reproduction": REPRODUCTION_RESULTS,
 }
 
@@ -44,6 +46,7 @@ __all__ = [
     "EMBEDDINGS",
     "EMBEDDING_DIM",
     "ICT_EXAMPLES",
+    "MASKED_SPAN_OUTCOMES",
     "MAX_RAW_CHARS",
     "PREDICTIONS",
     "PRETRAIN_EXAMPLES",

@@ -11,6 +11,7 @@ contract like the Parquet schemas beside it: it imports nothing above them.
     <root>/embeddings/<step>/, <root>/index/<step>/      refreshed doc embeddings and MIPS indexes
     <root>/bm25/<step>/                                  BM25 index over the blocks (BERT-Baseline)
     <root>/predictions/<dataset>.parquet, <root>/reports/ (metrics JSON lines, loss curves)
+    <root>/masked_spans/<examples>.parquet               pre-training's last evaluation, per example
     <root>/run.json                                      the model preset the run trains
     <root>/corpora/<name>/{blocks,block_entities,embeddings/<v>,index/<v>,predictions}
                                                          another knowledge corpus, indexed by the
@@ -107,6 +108,10 @@ class RunLayout:
         if path.parent != self.predictions.resolve():
             raise ValueError(f"dataset name {dataset!r} would write {path}, outside {self.predictions}")
         return path
+
+    @property
+    def masked_spans(self) -> Path:
+        return self.root / "masked_spans"
 
     @property
     def reports(self) -> Path:

@@ -1,11 +1,12 @@
 """How well pre-training predicts masked salient spans, with retrieval and with the null
-document alone: the per-position marginal's prediction, whether a span is right, and the
-counts over evaluated examples that a paired (McNemar) test of the difference reads.
+document alone: the per-position marginal's prediction, whether a span is right, the counts
+over evaluated examples that a paired (McNemar) test of the difference reads, and each
+example's outcome (the MASKED_SPAN_OUTCOMES rows), so two runs compare example by example.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -32,7 +33,8 @@ def marginal_predictions(log_p_z_given_x: torch.Tensor, vocab_log_probs: torch.T
 
 @dataclass
 class MaskedSpanTally:
-    """Examples counted batch by batch; `summary` gives `PretrainTrainer.evaluate_masked_spans`' dict."""
+    """Examples counted batch by batch; `summary` gives `PretrainTrainer.evaluate_masked_spans`'
+    dict, `outcomes` one MASKED_SPAN_OUTCOMES row per example."""
 
     examples: int = 0
     with_retrieval: int = 0
@@ -43,15 +45,20 @@ class MaskedSpanTally:
     in_candidates_with_retrieval: int = 0
     in_candidates_null_only: int = 0
     in_candidates_reading_it: int = 0
+    _rows: list[tuple[int, bool, bool, bool, bool]] = field(default_factory=list)
 
     def add(
-        self, retrieval_right: torch.Tensor, null_right: torch.Tensor, span_found: np.ndarray,
+        self, example_ids: list[int], retrieval_right: torch.Tensor, null_right: torch.Tensor, span_found: np.ndarray,
         right_reading_holder: torch.Tensor,
     ) -> None:
-        """One batch: [batch] bool each, whether retrieval / the null document alone got the
-        span right, whether the span occurs verbatim in a retrieved block, and whether the
-        encoder reading one such block alone (its p(y|z,x), not the marginal) gets it right."""
+        """One batch: the examples' ids, then [batch] bool each, whether retrieval / the null
+        document alone got the span right, whether the span occurs verbatim in a retrieved
+        block, and whether the encoder reading one such block alone (its p(y|z,x), not the
+        marginal) gets it right."""
         found = torch.from_numpy(span_found)
+        self._rows += zip(
+            example_ids, retrieval_right.tolist(), null_right.tolist(), span_found.tolist(), right_reading_holder.tolist()
+        )
         self.examples += len(span_found)
         self.with_retrieval += retrieval_right.sum().item()
         self.null_only += null_right.sum().item()
@@ -75,3 +82,8 @@ class MaskedSpanTally:
             "paired_p_value": mcnemar_exact_p_value(self.only_with_retrieval, self.only_null),
             "examples": self.examples,
         }
+
+    def outcomes(self, step: int) -> list[dict]:
+        """One MASKED_SPAN_OUTCOMES row per example counted, in the order added."""
+        names = ("example_id", "right_with_retrieval", "right_null_only", "span_in_candidates", "right_reading_holder")
+        return [{"step": step, **dict(zip(names, row))} for row in self._rows]

@@ -99,6 +99,7 @@ class PretrainResult:
     checkpoint: str
     index: str  # built by the final doc tower: what fine-tuning reads
     evaluations: dict[str, dict]  # by the examples evaluated (HELD_OUT, NEVER_TRAINED_ON)
+    outcomes: dict[str, list[dict]]  # the same evaluations, one MASKED_SPAN_OUTCOMES row per example
     refreshes: list[dict]  # one per swap (`IndexRefreshes.records`)
 
 
@@ -363,15 +364,22 @@ class PretrainTrainer(Trainer):
         of the blocks that hold the span (p(y|z,x) alone): whether it copies at all, apart from
         how much weight p(z|x) gives that block.
         Draws no random numbers, so it never changes what the next training step does."""
+        return self._tally_masked_spans(rows).summary()
+
+    @torch.no_grad()
+    def _tally_masked_spans(self, rows: np.ndarray | None = None) -> MaskedSpanTally:
+        """`evaluate_masked_spans`' counts, with each example's outcome."""
         rows = self.heldout_rows if rows is None else rows
         index = self._index_in_use()
         self._train_mode(False)
         tally = MaskedSpanTally()
         try:
             for start in range(0, len(rows), self.config.batch_size):
-                batch = self._batch(rows[start : start + self.config.batch_size])
+                chunk = rows[start : start + self.config.batch_size]
+                batch = self._batch(chunk)
                 outputs = self._forward(index, batch)
                 tally.add(
+                    [int(self.examples[row]["example_id"]) for row in chunk],
                     span_correct(outputs.predictions, batch),
                     span_correct(outputs.null_predictions, batch),
                     outputs.span_in_candidates,
@@ -379,7 +387,7 @@ class PretrainTrainer(Trainer):
                 )
         finally:
             self._train_mode(True)
-        return tally.summary()
+        return tally
 
     # -- checkpoints and the loop ----------------------------------------------------------
 
@@ -401,10 +409,10 @@ class PretrainTrainer(Trainer):
         the run started from live as long as the checkpoint does (`realm.model.publish.prune`)."""
         return [self._index_in_use().path, self.refresh_in_flight, self.init_retriever]
 
-    def _evaluate(self, hooks: PretrainHooks, which: str, rows: np.ndarray | None = None) -> dict:
-        evaluation = self.evaluate_masked_spans(rows)
-        hooks.evaluated(self.step, which, evaluation)
-        return evaluation
+    def _evaluate(self, hooks: PretrainHooks, which: str, rows: np.ndarray | None = None) -> MaskedSpanTally:
+        tally = self._tally_masked_spans(rows)
+        hooks.evaluated(self.step, which, tally.summary())
+        return tally
 
     def run(self, hooks: PretrainHooks, roots: IndexRoots) -> PretrainResult:
         """Pre-train to `config.steps` against indexes published under `roots`; on resume,
@@ -420,11 +428,16 @@ class PretrainTrainer(Trainer):
 
         self._train(hooks.progress, before_step=refreshes.before_step, after_step=evaluate_on_schedule)
         index = refreshes.final_index()
-        evaluations = {HELD_OUT: self._evaluate(hooks, HELD_OUT)}
+        tallies = {HELD_OUT: self._evaluate(hooks, HELD_OUT)}
         if self.config.untrained_eval_examples:
             rows = self.untrained_rows(self.config.untrained_eval_examples)
             if len(rows):
-                evaluations[NEVER_TRAINED_ON] = self._evaluate(hooks, NEVER_TRAINED_ON, rows)
+                tallies[NEVER_TRAINED_ON] = self._evaluate(hooks, NEVER_TRAINED_ON, rows)
             else:
                 log.warning("no training example is left undrawn after %d steps: no never-trained-on evaluation", self.step)
-        return PretrainResult(self.step, self.last_checkpoint, index, evaluations, refreshes.records)
+        return PretrainResult(
+            self.step, self.last_checkpoint, index,
+            {which: tally.summary() for which, tally in tallies.items()},
+            {which: tally.outcomes(self.step) for which, tally in tallies.items()},
+            refreshes.records,
+        )

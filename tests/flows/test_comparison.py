@@ -1,9 +1,9 @@
 import pytest
 
-from realm.flows.comparison import compare_runs, comparison_markdown
+from realm.flows.comparison import compare, comparison_markdown
 from realm.model.publish import IntegrityError, record_files
 from realm.model.qa.paired_stats import mcnemar_exact_p_value
-from realm.schemas import PREDICTIONS, write_table
+from realm.schemas import MASKED_SPAN_OUTCOMES, PREDICTIONS, write_table
 
 
 def _evaluated(root, dataset, outcomes):
@@ -21,9 +21,10 @@ def test_runs_are_compared_question_by_question_against_the_first(tmp_path):
     # baseline right on q0-q1; the other right on q0 and q2-q5: 4 right only there, 1 only in the baseline
     baseline = _evaluated(tmp_path / "a", "nq", [(True, 0), (True, 1), (False, 0), (False, 2), (False, None), (False, 7)])
     other = _evaluated(tmp_path / "b", "nq", [(True, 0), (False, 1), (True, 0), (True, 2), (True, 6), (True, 7)])
-    rows = compare_runs([baseline, other])
+    found = compare([baseline, other])
 
-    first, second = rows
+    assert list(found) == ["questions"]  # neither run was pre-trained
+    first, second = found["questions"]
     assert (first["run"], first["n"], first["em"], first["p_value"]) == (baseline, 6, 2 / 6, None)
     assert first["reader_accuracy"] == 2 / 4 and first["n_answer_read"] == 4  # ranks 0, 1, 0, 2 are read
     assert first["recall_at_5"] == 4 / 6
@@ -31,16 +32,16 @@ def test_runs_are_compared_question_by_question_against_the_first(tmp_path):
     assert second["p_value"] == mcnemar_exact_p_value(4, 1)
     assert second["reader_accuracy"] == 3 / 4 and second["em"] == 5 / 6
     assert second["em_low"] <= second["em"] <= second["em_high"]
-    assert "| nq | b | 6 | 0.833 [" in comparison_markdown(rows, [baseline, other])
+    assert "| nq | b | 6 | 0.833 [" in comparison_markdown(found, [baseline, other])
 
 
 def test_runs_that_answered_other_questions_are_refused(tmp_path):
     baseline = _evaluated(tmp_path / "a", "nq", [(True, 0), (False, None)])
     other = _evaluated(tmp_path / "b", "nq", [(True, 0)])
     with pytest.raises(ValueError, match="nq: .* answered different questions"):
-        compare_runs([baseline, other])
-    with pytest.raises(FileNotFoundError, match="no predictions"):
-        compare_runs([baseline, str(tmp_path / "c")])
+        compare([baseline, other])
+    with pytest.raises(FileNotFoundError, match="no predictions .* and no masked_spans/"):
+        compare([baseline, str(tmp_path / "c")])
 
 
 def test_predictions_that_changed_since_evaluate_recorded_them_are_named(tmp_path):
@@ -48,11 +49,72 @@ def test_predictions_that_changed_since_evaluate_recorded_them_are_named(tmp_pat
     run = _evaluated(tmp_path / "a", "nq", [(True, 0), (False, None)])
     _evaluated(tmp_path / "a", "wq", [(True, 0)])
     record_files(predictions, ["nq.parquet", "wq.parquet"])  # as `realm evaluate` does
-    assert [row["n"] for row in compare_runs([run])] == [2, 1]
+    assert [row["n"] for row in compare([run])["questions"]] == [2, 1]
     _evaluated(tmp_path / "a", "nq", [(True, 0), (True, 0)])  # rewritten behind evaluate's back
     with pytest.raises(IntegrityError, match=f"^{predictions / 'nq.parquet'}: size \\d+, manifest.json says \\d+$"):
-        compare_runs([run])
+        compare([run])
     record_files(predictions, ["nq.parquet"])
     (predictions / "wq.parquet").unlink()
     with pytest.raises(IntegrityError, match=f"^{predictions / 'wq.parquet'}: missing, manifest.json lists it$"):
-        compare_runs([run])
+        compare([run])
+
+
+def _pretrained(root, examples, outcomes, step=1000):
+    """A run root whose masked_spans/<examples>.parquet holds `outcomes`: (example_id,
+    right_with_retrieval, right_null_only) per example, as pre-training's last evaluation writes them."""
+    rows = [
+        {"example_id": i, "step": step, "right_with_retrieval": with_retrieval, "right_null_only": null_only,
+         "span_in_candidates": i % 2 == 0, "right_reading_holder": False}
+        for i, with_retrieval, null_only in outcomes
+    ]
+    write_table(str(root / "masked_spans" / f"{examples}.parquet"), rows, MASKED_SPAN_OUTCOMES)
+    record_files(root / "masked_spans", [f"{examples}.parquet"])
+    return str(root)
+
+
+def test_pretrained_runs_are_compared_example_by_example_with_retrieval(tmp_path):
+    # the same four examples, written in another order by the second run: paired by example id.
+    # Baseline right with retrieval on 10, 11; the other on 11, 12, 13: 2 right only there, 1 only in the baseline
+    baseline = _pretrained(tmp_path / "closed", "never_trained_on", [(10, True, True), (11, True, True), (12, False, False), (13, False, False)])
+    other = _pretrained(tmp_path / "realm", "never_trained_on", [(13, True, False), (12, True, False), (11, True, True), (10, False, False)], step=500)
+    found = compare([baseline, other])
+
+    assert list(found) == ["masked_spans"]  # neither run was evaluated on questions
+    first, second = found["masked_spans"]
+    assert (first["examples"], first["run"], first["step"], first["n"]) == ("never_trained_on", baseline, 1000, 4)
+    assert (first["accuracy_with_retrieval"], first["accuracy_null_only"], first["p_value"]) == (0.5, 0.5, None)
+    assert (second["step"], second["accuracy_with_retrieval"], second["accuracy_null_only"]) == (500, 0.75, 0.25)
+    assert first["span_in_candidates"] == second["span_in_candidates"] == 0.5  # ids 10 and 12
+    assert (second["only_this_right"], second["only_baseline_right"]) == (2, 1)
+    assert second["p_value"] == mcnemar_exact_p_value(2, 1)
+    assert second["accuracy_with_retrieval_low"] <= 0.75 <= second["accuracy_with_retrieval_high"]
+    assert "| never_trained_on | realm | 500 | 4 | 0.750 [" in comparison_markdown(found, [baseline, other])
+
+
+def test_runs_with_both_kinds_of_result_get_both_tables(tmp_path):
+    runs = []
+    for name in ("a", "b"):
+        _evaluated(tmp_path / name, "nq", [(True, 0), (False, 1)])
+        runs.append(_pretrained(tmp_path / name, "held_out", [(1, True, False), (2, False, False)]))
+    found = compare(runs)
+    assert list(found) == ["questions", "masked_spans"]
+    assert comparison_markdown(found, runs).count("| baseline |") == 2
+
+
+def test_pretrained_runs_on_other_examples_are_refused(tmp_path):
+    baseline = _pretrained(tmp_path / "a", "held_out", [(1, True, False), (2, False, False)])
+    other = _pretrained(tmp_path / "b", "held_out", [(1, True, False), (3, False, False)])
+    with pytest.raises(ValueError, match=r"masked_spans/held_out: .* evaluated different examples \(2 and 2, 1 shared\)"):
+        compare([baseline, other])
+    evaluated_only = _evaluated(tmp_path / "c", "nq", [(True, 0)])
+    with pytest.raises(FileNotFoundError, match="share no kind of result"):
+        compare([baseline, evaluated_only])
+
+
+def test_masked_span_outcomes_that_went_missing_are_named(tmp_path):
+    run = _pretrained(tmp_path / "a", "held_out", [(1, True, False)])
+    _evaluated(tmp_path / "a", "nq", [(True, 0)])
+    (tmp_path / "a" / "masked_spans" / "held_out.parquet").unlink()
+    # not silently left out of the comparison: the manifest still lists it
+    with pytest.raises(IntegrityError, match="held_out.parquet: missing, manifest.json lists it$"):
+        compare([run])

@@ -36,6 +36,7 @@ TARGETS = [
     ("run record", "run.json", ["ask", QUESTION]),
     ("embeddings", "corpora/again/embeddings/0/part-00000.parquet", ["index", "--corpus", "{run}", "--name", "again"]),
     ("predictions", "predictions/demo.parquet", ["compare", "{run}"]),
+    ("masked-span outcomes", "masked_spans/held_out.parquet", ["compare", "{run}"]),
 ]
 
 

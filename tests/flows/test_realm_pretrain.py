@@ -4,10 +4,13 @@ import threading
 
 import pytest
 
+from realm.flows.comparison import compare
 from realm.flows.ict_warm_start import ict_warm_start
 from realm.flows.realm_pretrain import realm_pretrain
 from realm.model.index.mips import MipsIndex, latest_published
+from realm.model.publish import record_files
 from realm.model.training.train_pretrain import PretrainTrainer
+from realm.schemas import MASKED_SPAN_OUTCOMES, read_table, write_table
 from tests.flows.tiny_run import tiny_params
 
 
@@ -85,7 +88,7 @@ def test_readers_only_ever_open_complete_indexes_while_refreshes_publish(run_roo
 
 
 def read_block_ids(run_root):
-    from realm.schemas import BLOCKS, read_table
+    from realm.schemas import BLOCKS
 
     return read_table(str(run_root / "blocks"), BLOCKS, columns=["block_id"])["block_id"].to_pylist()
 
@@ -100,6 +103,33 @@ def test_a_frozen_doc_tower_trains_against_its_first_index_without_refreshing(ru
     assert result["step"] == 6 and result["refreshes"] == []
     assert result["untrained"]["examples"] == 5 and 0.0 <= result["untrained"]["paired_p_value"] <= 1.0
     assert [p.name for p in (run_root / "index").iterdir()] == ["0"] and result["index"].endswith("/index/0")
+
+
+def test_the_last_evaluation_is_written_example_by_example(run_root):
+    params = tiny_params(run_root)
+    params.pretrain = params.pretrain.model_copy(update={"untrained_eval_examples": 5})
+    # what an earlier pre-training of this root evaluated and this one does not: not left behind
+    write_table(str(run_root / "masked_spans" / "stale.parquet"), [], MASKED_SPAN_OUTCOMES)
+    record_files(run_root / "masked_spans", ["stale.parquet"])
+    ict_warm_start(params.run, params.ict)
+    result = realm_pretrain(params.run, params.pretrain)
+
+    assert sorted(p.name for p in (run_root / "masked_spans").iterdir()) == [
+        "held_out.parquet", "manifest.json", "never_trained_on.parquet",
+    ]
+    for name, summary in (("held_out", result), ("never_trained_on", result["untrained"])):
+        outcomes = read_table(str(run_root / "masked_spans" / f"{name}.parquet"), MASKED_SPAN_OUTCOMES).to_pylist()
+        assert len(outcomes) == len({o["example_id"] for o in outcomes}) == summary["examples"]
+        assert {o["step"] for o in outcomes} == {6}
+        assert sum(o["right_with_retrieval"] for o in outcomes) == round(summary["examples"] * summary["accuracy_with_retrieval"])
+        assert sum(o["right_null_only"] for o in outcomes) == round(summary["examples"] * summary["accuracy_null_only"])
+        assert sum(o["right_with_retrieval"] and not o["right_null_only"] for o in outcomes) == summary["right_only_with_retrieval"]
+        assert sum(o["span_in_candidates"] for o in outcomes) == round(summary["examples"] * summary["span_in_candidates"])
+        assert sum(o["right_reading_holder"] and o["span_in_candidates"] for o in outcomes) == (
+            summary["span_in_candidates_right_reading_that_block"]
+        )
+    rows = compare([str(run_root)])["masked_spans"]
+    assert [(row["examples"], row["n"]) for row in rows] == [("held_out", result["examples"]), ("never_trained_on", 5)]
 
 
 def test_two_runs_with_asynchronous_refreshes_give_the_same_loss_curve(prepared_corpus, tmp_path):
