@@ -124,6 +124,7 @@ def _compare_masked_spans(run_roots: list[str], tables: list[dict[str, list[dict
     rows = []
     for examples in _shared(run_roots, tables, "set of masked-span examples"):
         baseline = {o["example_id"]: o for o in tables[0][examples]}
+        ids = sorted(baseline)
         for root, by_examples in zip(run_roots, tables):
             outcomes = {o["example_id"]: o for o in by_examples[examples]}
             if outcomes.keys() != baseline.keys():
@@ -132,7 +133,6 @@ def _compare_masked_spans(run_roots: list[str], tables: list[dict[str, list[dict
                     f"({len(outcomes)} and {len(baseline)}, {len(outcomes.keys() & baseline.keys())} shared); "
                     "pre-train both from one corpus with the same seed, batch size and steps"
                 )
-            ids = sorted(baseline)
             right = [outcomes[i]["right_with_retrieval"] for i in ids]
             rows.append({
                 "examples": examples, "run": root, "step": outcomes[ids[0]]["step"], "n": len(ids),

@@ -33,19 +33,10 @@ def marginal_predictions(log_p_z_given_x: torch.Tensor, vocab_log_probs: torch.T
 
 @dataclass
 class MaskedSpanTally:
-    """Examples counted batch by batch; `summary` gives `PretrainTrainer.evaluate_masked_spans`'
-    dict, `outcomes` one MASKED_SPAN_OUTCOMES row per example."""
+    """Each evaluated example's outcome, batch by batch; `summary` counts them into
+    `PretrainTrainer.evaluate_masked_spans`' dict, `outcomes` gives them as MASKED_SPAN_OUTCOMES rows."""
 
-    examples: int = 0
-    with_retrieval: int = 0
-    null_only: int = 0
-    in_candidates: int = 0
-    only_with_retrieval: int = 0
-    only_null: int = 0
-    in_candidates_with_retrieval: int = 0
-    in_candidates_null_only: int = 0
-    in_candidates_reading_it: int = 0
-    _rows: list[tuple[int, bool, bool, bool, bool]] = field(default_factory=list)
+    _rows: list[dict] = field(default_factory=list)
 
     def add(
         self, example_ids: list[int], retrieval_right: torch.Tensor, null_right: torch.Tensor, span_found: np.ndarray,
@@ -55,35 +46,32 @@ class MaskedSpanTally:
         document alone got the span right, whether the span occurs verbatim in a retrieved
         block, and whether the encoder reading one such block alone (its p(y|z,x), not the
         marginal) gets it right."""
-        found = torch.from_numpy(span_found)
-        self._rows += zip(
-            example_ids, retrieval_right.tolist(), null_right.tolist(), span_found.tolist(), right_reading_holder.tolist()
-        )
-        self.examples += len(span_found)
-        self.with_retrieval += retrieval_right.sum().item()
-        self.null_only += null_right.sum().item()
-        self.only_with_retrieval += (retrieval_right & ~null_right).sum().item()
-        self.only_null += (null_right & ~retrieval_right).sum().item()
-        self.in_candidates += int(span_found.sum())
-        self.in_candidates_with_retrieval += (retrieval_right & found).sum().item()
-        self.in_candidates_null_only += (null_right & found).sum().item()
-        self.in_candidates_reading_it += (right_reading_holder & found).sum().item()
+        names = ("example_id", "right_with_retrieval", "right_null_only", "span_in_candidates", "right_reading_holder")
+        columns = (example_ids, retrieval_right.tolist(), null_right.tolist(), span_found.tolist(), right_reading_holder.tolist())
+        self._rows += [dict(zip(names, row)) for row in zip(*columns)]
 
     def summary(self) -> dict:
+        def count(holds) -> int:
+            return sum(bool(holds(row)) for row in self._rows)
+
+        examples = len(self._rows)
+        only_with_retrieval = count(lambda r: r["right_with_retrieval"] and not r["right_null_only"])
+        only_null = count(lambda r: r["right_null_only"] and not r["right_with_retrieval"])
         return {
-            "accuracy_with_retrieval": self.with_retrieval / self.examples,
-            "accuracy_null_only": self.null_only / self.examples,
-            "span_in_candidates": self.in_candidates / self.examples,
-            "right_only_with_retrieval": self.only_with_retrieval,
-            "right_only_null": self.only_null,
-            "span_in_candidates_right_with_retrieval": self.in_candidates_with_retrieval,
-            "span_in_candidates_right_null_only": self.in_candidates_null_only,
-            "span_in_candidates_right_reading_that_block": self.in_candidates_reading_it,
-            "paired_p_value": mcnemar_exact_p_value(self.only_with_retrieval, self.only_null),
-            "examples": self.examples,
+            "accuracy_with_retrieval": count(lambda r: r["right_with_retrieval"]) / examples,
+            "accuracy_null_only": count(lambda r: r["right_null_only"]) / examples,
+            "span_in_candidates": count(lambda r: r["span_in_candidates"]) / examples,
+            "right_only_with_retrieval": only_with_retrieval,
+            "right_only_null": only_null,
+            "span_in_candidates_right_with_retrieval": count(lambda r: r["span_in_candidates"] and r["right_with_retrieval"]),
+            "span_in_candidates_right_null_only": count(lambda r: r["span_in_candidates"] and r["right_null_only"]),
+            "span_in_candidates_right_reading_that_block": count(
+                lambda r: r["span_in_candidates"] and r["right_reading_holder"]
+            ),
+            "paired_p_value": mcnemar_exact_p_value(only_with_retrieval, only_null),
+            "examples": examples,
         }
 
     def outcomes(self, step: int) -> list[dict]:
         """One MASKED_SPAN_OUTCOMES row per example counted, in the order added."""
-        names = ("example_id", "right_with_retrieval", "right_null_only", "span_in_candidates", "right_reading_holder")
-        return [{"step": step, **dict(zip(names, row))} for row in self._rows]
+        return [{**row, "step": step} for row in self._rows]
