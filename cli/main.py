@@ -399,7 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
         "compare", help="EM (or masked-span accuracy) with bootstrap 95%% intervals and paired tests of runs on the same examples",
         description="Reads each run's predictions/ (written by `realm evaluate`) and masked_spans/ (written by "
         "pre-training's last evaluation), whichever every run has; the first run is the baseline the others are tested "
-        "against (exact McNemar test on the questions, or masked spans, one gets right and the other wrong).",
+        "against (exact McNemar test on the questions, or masked spans, one gets right and the other wrong). For masked "
+        "spans it also shows where p(z|x) ranked the retrieved blocks holding each span, and what the marginal made of the "
+        "spans only such a block's reading gets right.",
     )
     compare.add_argument("runs", nargs="+", help="run roots, baseline first")
     compare.add_argument("--json", action="store_true",

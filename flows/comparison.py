@@ -11,7 +11,10 @@ Masked spans: each run's `masked_spans/<examples>.parquet` (pre-training's last 
 MASKED_SPAN_OUTCOMES) gives masked-span accuracy with retrieval and with the null document
 alone, with intervals, and the same paired test of accuracy with retrieval against the first
 run: e.g. REALM's pre-training against a closed-book one, on the same never-trained-on
-examples. Runs must have evaluated the same examples, or the comparison is refused.
+examples. Runs must have evaluated the same examples, or the comparison is refused. Where the
+outcomes list their candidates (pre-trained since 2026-11-28), a second table shows where
+p(z|x) ranks the blocks holding the span and what the marginal makes of the spans only such a
+block's reading gets right (`masked_span_accuracy.copying_breakdown`).
 
 Every file read is checked against the sizes and sha256 its directory's manifest recorded.
 """
@@ -68,8 +71,9 @@ def compare(run_roots: list[str]) -> dict[str, list[dict]]:
     reader_accuracy, reader_low, reader_high, n_answer_read, recall_at_5, only_this_right,
     only_baseline_right, p_value} (the last three None for the baseline). A masked-spans row
     per (examples, run): {examples, run, step, n, accuracy_with_retrieval and its interval
-    (…_low, …_high), accuracy_null_only and its interval, span_in_candidates, and the paired
-    three, of accuracy with retrieval against the first run's}."""
+    (…_low, …_high), accuracy_null_only and its interval, span_in_candidates, the paired
+    three, of accuracy with retrieval against the first run's, and copying: `copying_breakdown`'s
+    dict, None for outcomes written before the candidates were listed}."""
     from realm.schemas import MASKED_SPAN_OUTCOMES, PREDICTIONS
 
     layouts = [RunLayout.at(root) for root in run_roots]
@@ -121,10 +125,14 @@ def _compare_questions(run_roots: list[str], tables: list[dict[str, list[dict]]]
 
 
 def _compare_masked_spans(run_roots: list[str], tables: list[dict[str, list[dict]]]) -> list[dict]:
+    from realm.model.training.masked_span_accuracy import copying_breakdown
+
     rows = []
     for examples in _shared(run_roots, tables, "set of masked-span examples"):
         baseline = {o["example_id"]: o for o in tables[0][examples]}
         ids = sorted(baseline)
+        if not ids:
+            raise ValueError(f"masked_spans/{examples}: {run_roots[0]} holds no examples; pre-training writes at least one")
         for root, by_examples in zip(run_roots, tables):
             outcomes = {o["example_id"]: o for o in by_examples[examples]}
             if outcomes.keys() != baseline.keys():
@@ -140,6 +148,7 @@ def _compare_masked_spans(run_roots: list[str], tables: list[dict[str, list[dict
                 **_accuracy([outcomes[i]["right_null_only"] for i in ids], "accuracy_null_only"),
                 "span_in_candidates": sum(outcomes[i]["span_in_candidates"] for i in ids) / len(ids),
                 **_paired(right, [baseline[i]["right_with_retrieval"] for i in ids], root == run_roots[0]),
+                "copying": copying_breakdown(list(outcomes.values())),
             })
     return rows
 
@@ -152,6 +161,8 @@ def comparison_markdown(found: dict[str, list[dict]], run_roots: list[str]) -> s
         tables.append(_questions_markdown(found["questions"], names))
     if "masked_spans" in found:
         tables.append(_masked_spans_markdown(found["masked_spans"], names))
+        if any(row["copying"] for row in found["masked_spans"]):
+            tables.append(_copying_markdown(found["masked_spans"], names))
     return "\n\n".join(tables)
 
 
@@ -174,6 +185,33 @@ def _masked_spans_markdown(rows: list[dict], names: dict[str, str]) -> str:
             f"| {r['accuracy_with_retrieval']:.3f} [{r['accuracy_with_retrieval_low']:.3f}, {r['accuracy_with_retrieval_high']:.3f}] "
             f"| {r['accuracy_null_only']:.3f} [{r['accuracy_null_only_low']:.3f}, {r['accuracy_null_only_high']:.3f}] "
             f"| {r['span_in_candidates']:.3f} | {paired} | {p_value} |"
+        )
+    return "\n".join(lines)
+
+
+def _copying_markdown(rows: list[dict], names: dict[str, str]) -> str:
+    lines = [
+        "| masked spans of | run | span in a retrieved block | best holder's rank by p(z\\|x): 1 / 2 / 3 / 4+ "
+        "| right reading a holder alone (of those, null document alone right too) "
+        "| right only reading a holder | of those, the holder ranked first (right with retrieval) "
+        "| ranked lower (right with retrieval) | its p(z\\|x) / the top candidate's |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        c = r["copying"]
+        if c is None:
+            lines.append(f"| {r['examples']} | {names[r['run']]} | not recorded: evaluated before the candidates were listed "
+                         "(run its pre-training command again to re-evaluate) | | | | | | |")
+            continue
+        p_cells = "-" if c["copied_holder_lower_p"] is None else (
+            f"{c['copied_holder_lower_p']:.2f} / {c['copied_holder_lower_top_p']:.2f}"
+        )
+        lines.append(
+            f"| {r['examples']} | {names[r['run']]} | {c['span_in_candidates']} "
+            f"| {c['holder_rank_1']} / {c['holder_rank_2']} / {c['holder_rank_3']} / {c['holder_rank_4_plus']} "
+            f"| {c['right_reading_holder']} ({c['right_reading_holder_null_too']}) | {c['copied']} "
+            f"| {c['copied_holder_first']} ({c['copied_holder_first_right']}) "
+            f"| {c['copied_holder_lower']} ({c['copied_holder_lower_right']}) | {p_cells} |"
         )
     return "\n".join(lines)
 

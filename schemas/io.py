@@ -25,6 +25,9 @@ from realm.schemas.manifest import MANIFEST_FILE, verify_step
 _SHARD_NAME = re.compile(r"(?P<prefix>.+)-(?P<index>\d{5,})-of-(?P<count>\d{5,})\.parquet")
 # Schema metadata: the column whose order is the artifact's canonical row order.
 ROW_ORDER = b"realm.row_order"
+# Field metadata: the date a column joined its artifact's schema. Files written before then
+# lack it and read back with the column null, so a schema grows without orphaning old runs.
+ADDED_ON = b"realm.added_on"
 
 
 class ArtifactError(ValueError):
@@ -44,6 +47,13 @@ def ordered_by(schema: pa.Schema, column: str) -> pa.Schema:
     if column not in schema.names:
         raise ValueError(f"row order {column!r} is not a column of the schema")
     return schema.with_metadata({ROW_ORDER: column.encode()})
+
+
+def added_on(field: pa.Field, date: str) -> pa.Field:
+    """`field` (nullable), declared added to its schema on `date`: older files may lack it."""
+    if not field.nullable:
+        raise ValueError(f"column {field.name!r} added on {date} must be nullable: older files read back null")
+    return field.with_metadata({ADDED_ON: date.encode()})
 
 
 def row_order(schema: pa.Schema) -> str | None:
@@ -157,6 +167,9 @@ def read_validated(file: str, schema: pa.Schema, columns: list[str] | None = Non
     present = set(parquet.schema_arrow.names)
     with naming_damage(file):
         table = parquet.read(columns=[name for name in wanted.names if name in present])
+    for field in wanted:
+        if field.name not in present and ADDED_ON in (field.metadata or {}):  # written before it was added
+            table = table.append_column(field, pa.nulls(len(table), field.type))
     return validate_table(table, wanted, file)  # names the first missing column
 
 

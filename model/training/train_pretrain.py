@@ -38,6 +38,7 @@ from realm.model.networks.encoder import KnowledgeAugmentedEncoder
 from realm.model.networks.marginal import LOG_ZERO
 from realm.model.networks.retriever import Embedder, Retriever
 from realm.model.publish import publish, staging_dir
+from realm.model.training.candidates import Candidates
 from realm.model.training.copy_spans import copy_friendly_examples
 from realm.model.training.example_order import batch_rows, heldout_split, untrained_rows
 from realm.model.training.masked_span_accuracy import MaskedSpanTally, marginal_predictions, span_correct
@@ -108,11 +109,17 @@ class _StepOutputs:
     loss: torch.Tensor  # [] with graph
     log_p_z_given_x: torch.Tensor  # [batch, k] detached
     predictions: torch.Tensor  # [batch, max_masks] argmax of the per-position marginal
-    null_predictions: torch.Tensor  # [batch, max_masks] argmax with the null document alone
-    span_in_candidates: np.ndarray  # [batch] bool, see `realm.model.training.pretrain_step.candidates_holding_span`
-    # [batch] bool: right by the argmax of p(v|z,x) for some retrieved z holding the span
-    # (whether the encoder copies, whatever p(z|x) makes of it)
-    right_reading_holder: torch.Tensor
+    candidates: Candidates
+    # [batch, k] bool, see `realm.model.training.pretrain_step.candidates_holding_span`
+    holding: np.ndarray
+    # [batch, k] bool: right by the argmax of p(v|z,x) reading that candidate alone (column 0:
+    # the null document), whatever p(z|x) makes of it
+    right_per_candidate: torch.Tensor
+
+    @property
+    def span_in_candidates(self) -> np.ndarray:
+        """[batch] bool: the masked span occurs verbatim in a retrieved block."""
+        return self.holding.any(axis=1)
 
 
 class PretrainTrainer(Trainer):
@@ -271,15 +278,13 @@ class PretrainTrainer(Trainer):
                 self.config.mark_sentence_words, self.config.copy_from_block,
             )  # [batch, k], [batch, k, max_masks, vocab]
         log_p_z_given_x = torch.log_softmax(logits.detach(), dim=-1)  # [batch, k]
-        holding = candidates_holding_span(self.blocks, batch, candidates)  # [batch, k]
-        right_per_candidate = span_correct(vocab_log_probs.argmax(dim=-1), batch)  # [batch, k]
         return _StepOutputs(
             loss=pretrain_loss(logits, log_p_y_given_z),
             log_p_z_given_x=log_p_z_given_x,
             predictions=marginal_predictions(log_p_z_given_x, vocab_log_probs),
-            null_predictions=vocab_log_probs[:, 0].argmax(dim=-1),  # column 0: the null document
-            span_in_candidates=holding.any(axis=1),
-            right_reading_holder=(right_per_candidate & torch.from_numpy(holding)).any(dim=1),
+            candidates=candidates,
+            holding=candidates_holding_span(self.blocks, batch, candidates),
+            right_per_candidate=span_correct(vocab_log_probs.argmax(dim=-1), batch),
         )
 
     def _train_mode(self, training: bool) -> None:
@@ -381,9 +386,10 @@ class PretrainTrainer(Trainer):
                 tally.add(
                     [int(self.examples[row]["example_id"]) for row in chunk],
                     span_correct(outputs.predictions, batch),
-                    span_correct(outputs.null_predictions, batch),
-                    outputs.span_in_candidates,
-                    outputs.right_reading_holder,
+                    outputs.candidates,
+                    outputs.log_p_z_given_x,
+                    outputs.holding,
+                    outputs.right_per_candidate,
                 )
         finally:
             self._train_mode(True)

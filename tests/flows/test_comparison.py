@@ -118,3 +118,36 @@ def test_masked_span_outcomes_that_went_missing_are_named(tmp_path):
     # not silently left out of the comparison: the manifest still lists it
     with pytest.raises(IntegrityError, match="held_out.parquet: missing, manifest.json lists it$"):
         compare([run])
+
+
+def test_outcomes_that_list_their_candidates_get_the_copying_breakdown(tmp_path):
+    listed = [
+        # a holder (block 7) ranked first reads the span right, nothing else does: copied
+        {"example_id": 1, "step": 9, "right_with_retrieval": True, "right_null_only": False, "span_in_candidates": True,
+         "right_reading_holder": True, "candidate_block_ids": [-1, 7, 8], "retrieval_log_probs": [-3.0, -0.1, -2.5],
+         "candidates_holding_span": [False, True, False], "candidates_right": [False, True, False]},
+        # the holder (block 8) ranked 2nd of 3: p(z|x) 0.25 against the top block's 0.7
+        {"example_id": 2, "step": 9, "right_with_retrieval": False, "right_null_only": False, "span_in_candidates": True,
+         "right_reading_holder": True, "candidate_block_ids": [-1, 5, 8], "retrieval_log_probs": [-3.0, -0.357, -1.386],
+         "candidates_holding_span": [False, False, True], "candidates_right": [False, False, True]},
+    ]
+    write_table(str(tmp_path / "new" / "masked_spans" / "held_out.parquet"), listed, MASKED_SPAN_OUTCOMES)
+    old = _pretrained(tmp_path / "old", "held_out", [(1, True, False), (2, False, False)])  # before the candidates were listed
+    found = compare([old, str(tmp_path / "new")])
+
+    before, after = found["masked_spans"]
+    assert before["copying"] is None
+    assert after["copying"]["span_in_candidates"] == 2 and after["copying"]["copied"] == 2
+    assert (after["copying"]["copied_holder_first"], after["copying"]["copied_holder_first_right"]) == (1, 1)
+    assert (after["copying"]["copied_holder_lower"], after["copying"]["copied_holder_lower_right"]) == (1, 0)
+    markdown = comparison_markdown(found, [old, str(tmp_path / "new")])
+    assert "| held_out | old | not recorded: evaluated before the candidates were listed" in markdown
+    assert "| held_out | new | 2 | 1 / 1 / 0 / 0 | 2 (0) | 2 | 1 (1) | 1 (0) | 0.25 / 0.70 |" in markdown
+    assert "best holder's rank" in markdown
+    assert "best holder's rank" not in comparison_markdown(compare([old]), [old])  # no breakdown where none is recorded
+
+
+def test_an_empty_set_of_masked_span_outcomes_is_refused_naming_it(tmp_path):
+    run = _pretrained(tmp_path / "a", "held_out", [])
+    with pytest.raises(ValueError, match=r"^masked_spans/held_out: .* holds no examples"):
+        compare([run])

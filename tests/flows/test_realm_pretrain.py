@@ -1,4 +1,5 @@
 import json
+import math
 import shutil
 import threading
 
@@ -128,8 +129,15 @@ def test_the_last_evaluation_is_written_example_by_example(run_root):
         assert sum(o["right_reading_holder"] and o["span_in_candidates"] for o in outcomes) == (
             summary["span_in_candidates_right_reading_that_block"]
         )
+        for o in outcomes:  # the candidates read, the null document first, agree with the example's outcome
+            holding, right = o["candidates_holding_span"], o["candidates_right"]
+            assert o["candidate_block_ids"][0] == -1 and len(o["retrieval_log_probs"]) == len(holding) == len(right)
+            assert sum(math.exp(lp) for lp in o["retrieval_log_probs"]) == pytest.approx(1.0, abs=1e-4)
+            assert (o["right_null_only"], o["span_in_candidates"]) == (right[0], any(holding))
+            assert o["right_reading_holder"] == any(h and r for h, r in zip(holding, right))
     rows = compare([str(run_root)])["masked_spans"]
     assert [(row["examples"], row["n"]) for row in rows] == [("held_out", result["examples"]), ("never_trained_on", 5)]
+    assert rows[1]["copying"]["span_in_candidates"] == sum(o["span_in_candidates"] for o in outcomes)
 
 
 def test_two_runs_with_asynchronous_refreshes_give_the_same_loss_curve(prepared_corpus, tmp_path):

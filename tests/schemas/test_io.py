@@ -92,3 +92,19 @@ def test_a_lost_shard_of_a_beam_artifact_is_named_rather_than_read_as_a_smaller_
     missing = tmp_path / "documents" / "prepare-00001-of-00003.parquet"
     with pytest.raises(ArtifactError, match=f"^{missing}: missing \\(2 of 3 shards there\\)$"):
         read_table(str(tmp_path / "documents"), DOCUMENTS)
+
+
+def test_a_column_added_later_reads_back_null_from_files_written_before_it(tmp_path):
+    from realm.schemas.io import added_on
+
+    grown = pa.schema([*DOCUMENTS, added_on(pa.field("language", pa.string(), nullable=True), "2026-11-28")])
+    old, new = str(tmp_path / "old.parquet"), str(tmp_path / "new.parquet")
+    write_table(old, [DOCUMENT], DOCUMENTS)  # written before the column was added
+    write_table(new, [{**DOCUMENT, "language": "en"}], grown)
+    assert read_table(old, grown).to_pylist() == [{**DOCUMENT, "language": None}]
+    assert read_table(new, grown).column("language").to_pylist() == ["en"]
+    # a column not declared added later is still required of every file
+    with pytest.raises(SchemaMismatchError, match=f"^{old}: missing column 'language'"):
+        read_table(old, pa.schema([*DOCUMENTS, pa.field("language", pa.string(), nullable=True)]))
+    with pytest.raises(ValueError, match="'language' added on 2026-11-28 must be nullable"):
+        added_on(pa.field("language", pa.string(), nullable=False), "2026-11-28")
