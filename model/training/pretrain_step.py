@@ -27,7 +27,7 @@ from realm.model.networks.inputs import (
     length_sorted_groups,
     pad_batch,
 )
-from realm.model.networks.marginal import mask_log_scores, marginal_log_likelihood
+from realm.model.networks.marginal import mask_log_scores, marginal_log_likelihood, masked_logsumexp
 from realm.model.networks.question_match import question_match_flags
 from realm.model.index.mips import BruteForceIndex, MipsIndex
 from realm.model.networks.retriever import Retriever, relevance_scores
@@ -299,3 +299,13 @@ def candidates_holding_span(blocks: BlockStore, batch: PretrainBatch, candidates
 def pretrain_loss(retrieval_logits: torch.Tensor, log_p_y_given_z: torch.Tensor) -> torch.Tensor:
     """−mean over the batch of log p(y|x); padding candidates are already at LOG_ZERO."""
     return -marginal_log_likelihood(retrieval_logits, log_p_y_given_z).mean()
+
+
+def holder_retrieval_loss(retrieval_logits: torch.Tensor, holding: np.ndarray) -> torch.Tensor:
+    """−log Σ_{z holding the span} p(z|x), averaged over the batch with 0 for the examples no
+    retrieved block holds: retrieval_logits [batch, k] float32 (padding at LOG_ZERO), holding
+    [batch, k] (`candidates_holding_span`)."""
+    holds = torch.from_numpy(holding).to(retrieval_logits.device)
+    log_p_z = torch.log_softmax(retrieval_logits, dim=-1)
+    per_example = -masked_logsumexp(log_p_z, holds)
+    return torch.where(holds.any(dim=1), per_example, torch.zeros_like(per_example)).mean()

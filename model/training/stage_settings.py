@@ -162,6 +162,14 @@ class PretrainConfig(RetentionConfig):
     # measured (README, "the query tower at the body's rate"): the block holding the span ranked
     # no better, and 35 examples right only with it against 46 only with 3e-5 (p = 0.27).
     retriever_learning_rate: float = Field(3e-5, gt=0, description="peak rate of the retriever towers")
+    # Not REALM's: the distant supervision ORQA and DPR fine-tune with (the answer string in the
+    # block), applied to the masked span, which the query never shows. Where a retrieved block
+    # holds the span, the block that could be copied from is often ranked below others that
+    # cannot (README, "Where the holder's reading is lost").
+    holder_retrieval_weight: float = Field(
+        0.0, ge=0, description="while the retriever trains, add this times −log Σ p(z|x) over the retrieved blocks "
+        "holding the masked span (zero for examples none holds) to the loss; 0: REALM's loss alone"
+    )
     retriever_warmup_steps: int = Field(
         100, ge=0, description="after retriever_frozen_steps, steps over which the towers' rate rises from 0 to the "
         "schedule's, so fresh AdamW moments do not take full-rate steps"

@@ -49,6 +49,7 @@ from realm.model.training.pretrain_step import (
     candidate_embeddings,
     candidates_holding_span,
     encoder_log_probs,
+    holder_retrieval_loss,
     make_pretrain_batch,
     pretrain_loss,
     retrieval_logits,
@@ -261,9 +262,10 @@ class PretrainTrainer(Trainer):
             examples = [{**example, "masked_token_positions": []} for example in examples]
         return make_pretrain_batch(self.tokenizer, examples, self.config.max_query_wordpieces)
 
-    def _forward(self, index: MipsIndex, batch: PretrainBatch) -> _StepOutputs:
+    def _forward(self, index: MipsIndex, batch: PretrainBatch, supervise_holders: bool = False) -> _StepOutputs:
         """The REALM forward: retrieve, rescore candidates with the current θ, read every
-        candidate, marginalise (bf16 autocast where configured, loss in float32)."""
+        candidate, marginalise (bf16 autocast where configured, loss in float32); with
+        `supervise_holders`, the loss adds `holder_retrieval_weight` × `holder_retrieval_loss`."""
         with autocast(self.device, self.model_config.cpu_bf16_autocast):
             query_embeddings, candidates = retrieve(
                 self.retriever, index, batch, self.config.num_candidates, self.device
@@ -278,12 +280,16 @@ class PretrainTrainer(Trainer):
                 self.config.mark_sentence_words, self.config.copy_from_block,
             )  # [batch, k], [batch, k, max_masks, vocab]
         log_p_z_given_x = torch.log_softmax(logits.detach(), dim=-1)  # [batch, k]
+        holding = candidates_holding_span(self.blocks, batch, candidates)
+        loss = pretrain_loss(logits, log_p_y_given_z)
+        if supervise_holders:
+            loss = loss + self.config.holder_retrieval_weight * holder_retrieval_loss(logits, holding)
         return _StepOutputs(
-            loss=pretrain_loss(logits, log_p_y_given_z),
+            loss=loss,
             log_p_z_given_x=log_p_z_given_x,
             predictions=marginal_predictions(log_p_z_given_x, vocab_log_probs),
             candidates=candidates,
-            holding=candidates_holding_span(self.blocks, batch, candidates),
+            holding=holding,
             right_per_candidate=span_correct(vocab_log_probs.argmax(dim=-1), batch),
         )
 
@@ -319,7 +325,7 @@ class PretrainTrainer(Trainer):
             # A batch with none trains on all its examples, so every step updates.
             rows = reachable if len(reachable) else rows
         batch = self._batch(rows)
-        outputs = self._forward(index, batch)
+        outputs = self._forward(index, batch, supervise_holders=retriever_trains and self.config.holder_retrieval_weight > 0)
         loss = apply_update(outputs.loss, self.optimizer, self.scheduler, "pre-training", self.step + 1)
         self.step += 1
         p_z = outputs.log_p_z_given_x.exp()  # [batch, k]

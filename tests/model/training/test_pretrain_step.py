@@ -1,11 +1,13 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from realm.model.index.block_store import BlockStore
 from realm.model.index.embed_corpus import embed_window
 from realm.model.networks.encoder import build_encoder
+from realm.model.networks.marginal import LOG_ZERO
 from realm.model.networks.inputs import block_sequence, joint_sequence, pad_batch
 from realm.model.index.mips import MipsIndex
 from realm.model.networks.question_match import question_match_flags, question_stems, question_word_matches
@@ -15,6 +17,7 @@ from realm.model.training.pretrain_step import (
     encoder_log_likelihood,
     make_pretrain_batch,
     mask_query,
+    holder_retrieval_loss,
     pretrain_loss,
     random_span,
     retrieval_logits,
@@ -195,3 +198,16 @@ def test_span_in_candidates_finds_the_masked_wordpieces_verbatim_in_a_real_candi
         holding = candidates_holding_span(blocks, batch, candidates)[0]  # [k]
         found[span] = [blocks.title(int(b)) for b in candidates.block_ids[0][holding]]
     assert found == {("river",): ["Nile"], ("river", "in"): ["Nile"], ("in", "france"): [], ("paris",): []}
+
+
+def test_the_holder_loss_is_minus_log_the_p_z_of_the_blocks_holding_the_span():
+    # p(z|x) = 1/4, 2/4, 1/4 and a padding slot; the 2nd and 3rd hold the span: -log 3/4.
+    # The second example has no holder and adds 0 to the batch's mean.
+    logits = torch.tensor([[0.0, math.log(2), 0.0, LOG_ZERO], [1.0, 2.0, 3.0, LOG_ZERO]])
+    holding = np.array([[False, True, True, False], [False] * 4])
+    assert holder_retrieval_loss(logits, holding).item() == pytest.approx(-math.log(0.75) / 2)
+    logits.requires_grad_(True)
+    holder_retrieval_loss(logits, holding).backward()
+    # the gradient raises the holders' scores against the rest, and leaves the holderless example alone
+    assert logits.grad[0, 1] < 0 and logits.grad[0, 2] < 0 and logits.grad[0, 0] > 0
+    assert torch.count_nonzero(logits.grad[1]) == 0

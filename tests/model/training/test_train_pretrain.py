@@ -594,3 +594,25 @@ def test_the_same_blocks_and_examples_in_other_shards_train_to_the_same_losses(c
         heldout_ids = [trainer.examples[row]["example_id"] for row in trainer.heldout_rows]
         runs.append((heldout_ids, _comparable(_run(trainer, 3)), trainer.evaluate_masked_spans()))
     assert runs[1] == runs[0]
+
+
+def _holder_mass(trainer: PretrainTrainer) -> float:
+    """Mean Σ p(z|x) over the retrieved blocks holding the span, over the training examples one holds."""
+    masses = []
+    with torch.no_grad():
+        for start in range(0, len(trainer.train_rows), CONFIG.batch_size):
+            outputs = trainer._forward(trainer._index_in_use(), trainer._batch(trainer.train_rows[start : start + CONFIG.batch_size]))
+            p_z = outputs.log_p_z_given_x.exp().numpy()
+            masses += [float(p[h].sum()) for p, h in zip(p_z, outputs.holding) if h.any()]
+    return float(np.mean(masses))
+
+
+def test_the_holder_loss_starts_with_the_retriever_and_raises_the_holders_p_z(corpus, tmp_path, tiny_config):
+    config = CONFIG.model_copy(update=dict(steps=8, retriever_frozen_steps=2, retriever_learning_rate=1e-3, retriever_warmup_steps=0))
+    runs = {}
+    for name, weight in (("plain", 0.0), ("holders", 5.0)):  # one after the other: dropout draws from torch's global RNG
+        trainer = _trainer(corpus, tmp_path / name, tiny_config, config.model_copy(update={"holder_retrieval_weight": weight}))
+        frozen = _comparable(_run(trainer, 2))
+        runs[name] = (frozen, _holder_mass(trainer), _run(trainer, 6) and _holder_mass(trainer))
+    assert runs["holders"][:2] == runs["plain"][:2]  # the retriever frozen: REALM's steps exactly
+    assert runs["holders"][2] > runs["plain"][2]
