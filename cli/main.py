@@ -323,8 +323,14 @@ def _print_answer(answerer, question: str, num_read: int, evidence: int) -> None
 def _compare(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
     from realm.flows.comparison import compare, comparison_markdown
+    from realm.schemas import ArtifactError
 
-    found = compare(args.runs)
+    try:
+        found = compare(args.runs)
+    except ArtifactError:
+        raise  # main's one line for a damaged file
+    except ValueError as error:  # runs that evaluated other questions or examples, an empty set
+        raise SystemExit(f"realm compare: {error}") from None
     if args.json:
         _print_json(found)
     else:

@@ -375,11 +375,12 @@ class PretrainTrainer(Trainer):
         of the blocks that hold the span (p(y|z,x) alone): whether it copies at all, apart from
         how much weight p(z|x) gives that block.
         Draws no random numbers, so it never changes what the next training step does."""
-        return self._tally_masked_spans(rows).summary()
+        return self.tally_masked_spans(rows).summary()
 
     @torch.no_grad()
-    def _tally_masked_spans(self, rows: np.ndarray | None = None) -> MaskedSpanTally:
-        """`evaluate_masked_spans`' counts, with each example's outcome."""
+    def tally_masked_spans(self, rows: np.ndarray | None = None) -> MaskedSpanTally:
+        """`evaluate_masked_spans`' counts, with each example's outcome and candidates
+        (`MaskedSpanTally.outcomes`)."""
         rows = self.heldout_rows if rows is None else rows
         index = self._index_in_use()
         self._train_mode(False)
@@ -422,7 +423,7 @@ class PretrainTrainer(Trainer):
         return [self._index_in_use().path, self.refresh_in_flight, self.init_retriever]
 
     def _evaluate(self, hooks: PretrainHooks, which: str, rows: np.ndarray | None = None) -> MaskedSpanTally:
-        tally = self._tally_masked_spans(rows)
+        tally = self.tally_masked_spans(rows)
         hooks.evaluated(self.step, which, tally.summary())
         return tally
 

@@ -61,6 +61,13 @@ def test_what_a_user_can_fix_is_one_line_and_a_non_zero_exit(tmp_path, capsys):
         main(["ask", "--run", str(tmp_path), "   "])
     with pytest.raises(FileNotFoundError, match="not a trained run"):
         main(["--debug", "ask", "--run", str(tmp_path / "nowhere"), "who"])
+    from realm.model.publish import record_files
+    from realm.schemas import MASKED_SPAN_OUTCOMES, write_table
+
+    write_table(str(tmp_path / "empty" / "masked_spans" / "held_out.parquet"), [], MASKED_SPAN_OUTCOMES)
+    record_files(tmp_path / "empty" / "masked_spans", ["held_out.parquet"])
+    with pytest.raises(SystemExit, match="^realm compare: masked_spans/held_out: .* holds no examples"):
+        main(["compare", str(tmp_path / "empty")])
     missing = str(tmp_path / "dumps" / "*.xml")
     assert main(["prepare", "--corpus", "wikipedia-xml", "--input", missing, "--output", str(tmp_path / "run")]) == 2
     assert capsys.readouterr().err == (

@@ -1,4 +1,5 @@
 import logging
+import math
 import shutil
 import threading
 from pathlib import Path
@@ -598,12 +599,11 @@ def test_the_same_blocks_and_examples_in_other_shards_train_to_the_same_losses(c
 
 def _holder_mass(trainer: PretrainTrainer) -> float:
     """Mean Σ p(z|x) over the retrieved blocks holding the span, over the training examples one holds."""
-    masses = []
-    with torch.no_grad():
-        for start in range(0, len(trainer.train_rows), CONFIG.batch_size):
-            outputs = trainer._forward(trainer._index_in_use(), trainer._batch(trainer.train_rows[start : start + CONFIG.batch_size]))
-            p_z = outputs.log_p_z_given_x.exp().numpy()
-            masses += [float(p[h].sum()) for p, h in zip(p_z, outputs.holding) if h.any()]
+    masses = [
+        sum(math.exp(lp) for lp, h in zip(o["retrieval_log_probs"], o["candidates_holding_span"]) if h)
+        for o in trainer.tally_masked_spans(trainer.train_rows).outcomes(trainer.step)
+        if o["span_in_candidates"]
+    ]
     return float(np.mean(masses))
 
 
