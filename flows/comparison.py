@@ -11,7 +11,9 @@ Masked spans: each run's `masked_spans/<examples>.parquet` (pre-training's last 
 MASKED_SPAN_OUTCOMES) gives masked-span accuracy with retrieval and with the null document
 alone, with intervals, and the same paired test of accuracy with retrieval against the first
 run: e.g. REALM's pre-training against a closed-book one, on the same never-trained-on
-examples. Runs must have evaluated the same examples, or the comparison is refused. Where the
+examples, and that test again on two parts of them: the examples whose span a block the run
+retrieved holds (where copying from the block can help) and the rest (where only reading the
+sentence can). Runs must have evaluated the same examples, or the comparison is refused. Where the
 outcomes list their candidates (pre-trained since 2026-11-28), a second table shows where
 p(z|x) ranks the blocks holding the span and what the marginal makes of the spans only such a
 block's reading gets right (`masked_span_accuracy.copying_breakdown`).
@@ -72,8 +74,10 @@ def compare(run_roots: list[str]) -> dict[str, list[dict]]:
     only_baseline_right, p_value} (the last three None for the baseline). A masked-spans row
     per (examples, run): {examples, run, step, n, accuracy_with_retrieval and its interval
     (…_low, …_high), accuracy_null_only and its interval, span_in_candidates, the paired
-    three, of accuracy with retrieval against the first run's, and copying: `copying_breakdown`'s
-    dict, None for outcomes written before the candidates were listed}."""
+    three, of accuracy with retrieval against the first run's, `in_retrieved` and
+    `not_in_retrieved`: the paired three plus n, on the examples whose span this run's
+    retrieved blocks hold and on the rest (None for the baseline), and copying:
+    `copying_breakdown`'s dict, None for outcomes written before the candidates were listed}."""
     from realm.schemas import MASKED_SPAN_OUTCOMES, PREDICTIONS
 
     layouts = [RunLayout.at(root) for root in run_roots]
@@ -142,12 +146,24 @@ def _compare_masked_spans(run_roots: list[str], tables: list[dict[str, list[dict
                     "pre-train both from one corpus with the same seed, batch size and steps"
                 )
             right = [outcomes[i]["right_with_retrieval"] for i in ids]
+            is_baseline = root == run_roots[0]
+            by_holding = {
+                held: [i for i in ids if outcomes[i]["span_in_candidates"] == held] for held in (True, False)
+            }
             rows.append({
                 "examples": examples, "run": root, "step": outcomes[ids[0]]["step"], "n": len(ids),
                 **_accuracy(right, "accuracy_with_retrieval"),
                 **_accuracy([outcomes[i]["right_null_only"] for i in ids], "accuracy_null_only"),
                 "span_in_candidates": sum(outcomes[i]["span_in_candidates"] for i in ids) / len(ids),
-                **_paired(right, [baseline[i]["right_with_retrieval"] for i in ids], root == run_roots[0]),
+                **_paired(right, [baseline[i]["right_with_retrieval"] for i in ids], is_baseline),
+                **{
+                    key: None if is_baseline else {
+                        "n": len(part),
+                        **_paired([outcomes[i]["right_with_retrieval"] for i in part],
+                                  [baseline[i]["right_with_retrieval"] for i in part], False),
+                    }
+                    for key, part in (("in_retrieved", by_holding[True]), ("not_in_retrieved", by_holding[False]))
+                },
                 "copying": copying_breakdown(list(outcomes.values())),
             })
     return rows
@@ -175,16 +191,24 @@ def _paired_cells(row: dict) -> tuple[str, str]:
 def _masked_spans_markdown(rows: list[dict], names: dict[str, str]) -> str:
     lines = [
         "| masked spans of | run | step | n | accuracy with retrieval [95% CI] | null document alone [95% CI] "
-        "| span in a retrieved block | right only here / only in baseline (with retrieval) | p |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| span in a retrieved block | right only here / only in baseline (with retrieval) | p "
+        "| of those, where a block this run retrieved holds the span (n): only here / only in baseline, p "
+        "| where none does |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def part(split: dict | None) -> str:
+        if split is None:
+            return ""
+        return f"({split['n']}) {split['only_this_right']} / {split['only_baseline_right']}, p = {split['p_value']:.3g}"
+
     for r in rows:
         paired, p_value = _paired_cells(r)
         lines.append(
             f"| {r['examples']} | {names[r['run']]} | {r['step']} | {r['n']} "
             f"| {r['accuracy_with_retrieval']:.3f} [{r['accuracy_with_retrieval_low']:.3f}, {r['accuracy_with_retrieval_high']:.3f}] "
             f"| {r['accuracy_null_only']:.3f} [{r['accuracy_null_only_low']:.3f}, {r['accuracy_null_only_high']:.3f}] "
-            f"| {r['span_in_candidates']:.3f} | {paired} | {p_value} |"
+            f"| {r['span_in_candidates']:.3f} | {paired} | {p_value} | {part(r['in_retrieved'])} | {part(r['not_in_retrieved'])} |"
         )
     return "\n".join(lines)
 
@@ -202,6 +226,9 @@ def _copying_markdown(rows: list[dict], names: dict[str, str]) -> str:
         if c is None:
             lines.append(f"| {r['examples']} | {names[r['run']]} | not recorded: evaluated before the candidates were listed "
                          "(run its pre-training command again to re-evaluate) | | | | | | |")
+            continue
+        if not c["reads_blocks"]:
+            lines.append(f"| {r['examples']} | {names[r['run']]} | none: it read the null document alone (closed book) | | | | | | |")
             continue
         p_cells = "-" if c["copied_holder_lower_p"] is None else (
             f"{c['copied_holder_lower_p']:.2f} / {c['copied_holder_lower_top_p']:.2f}"

@@ -103,7 +103,9 @@ def copying_breakdown(outcomes: list[dict]) -> dict | None:
     split by whether its best-ranked right holder is ranked first (`copied_holder_first`,
     `copied_holder_first_right` of them right with retrieval) or lower (`copied_holder_lower`,
     `copied_holder_lower_right`, with the mean p(z|x) of that holder and of the top candidate:
-    `copied_holder_lower_p`, `copied_holder_lower_top_p`; None when there are none)."""
+    `copied_holder_lower_p`, `copied_holder_lower_top_p`; None when there are none), and
+    `reads_blocks`: whether any example read a block besides the null document (a closed-book
+    run reads none, and every count is 0)."""
     if any(row.get("retrieval_log_probs") is None for row in outcomes):
         return None
     counts = dict.fromkeys(
@@ -142,4 +144,5 @@ def copying_breakdown(outcomes: list[dict]) -> dict | None:
         **counts,
         "copied_holder_lower_p": float(np.mean(lower_holder_p)) if lower_holder_p else None,
         "copied_holder_lower_top_p": float(np.mean(lower_top_p)) if lower_top_p else None,
+        "reads_blocks": any(len(row["retrieval_log_probs"]) > 1 for row in outcomes),
     }

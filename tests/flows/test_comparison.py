@@ -88,7 +88,13 @@ def test_pretrained_runs_are_compared_example_by_example_with_retrieval(tmp_path
     assert (second["only_this_right"], second["only_baseline_right"]) == (2, 1)
     assert second["p_value"] == mcnemar_exact_p_value(2, 1)
     assert second["accuracy_with_retrieval_low"] <= 0.75 <= second["accuracy_with_retrieval_high"]
-    assert "| never_trained_on | realm | 500 | 4 | 0.750 [" in comparison_markdown(found, [baseline, other])
+    # split by the span being in this run's retrieved blocks (ids 10, 12) or not (11, 13)
+    assert first["in_retrieved"] is None and first["not_in_retrieved"] is None
+    assert second["in_retrieved"] == {"n": 2, "only_this_right": 1, "only_baseline_right": 1, "p_value": 1.0}
+    assert second["not_in_retrieved"] == {"n": 2, "only_this_right": 1, "only_baseline_right": 0, "p_value": 1.0}
+    markdown = comparison_markdown(found, [baseline, other])
+    assert "| never_trained_on | realm | 500 | 4 | 0.750 [" in markdown
+    assert "| (2) 1 / 1, p = 1 | (2) 1 / 0, p = 1 |" in markdown
 
 
 def test_runs_with_both_kinds_of_result_get_both_tables(tmp_path):
@@ -145,6 +151,20 @@ def test_outcomes_that_list_their_candidates_get_the_copying_breakdown(tmp_path)
     assert "| held_out | new | 2 | 1 / 1 / 0 / 0 | 2 (0) | 2 | 1 (1) | 1 (0) | 0.25 / 0.70 |" in markdown
     assert "best holder's rank" in markdown
     assert "best holder's rank" not in comparison_markdown(compare([old]), [old])  # no breakdown where none is recorded
+
+
+def test_a_closed_book_run_is_shown_as_reading_no_blocks(tmp_path):
+    closed_book = [
+        {"example_id": i, "step": 9, "right_with_retrieval": right, "right_null_only": right, "span_in_candidates": False,
+         "right_reading_holder": False, "candidate_block_ids": [-1], "retrieval_log_probs": [0.0],
+         "candidates_holding_span": [False], "candidates_right": [right]}
+        for i, right in ((1, True), (2, False))
+    ]
+    write_table(str(tmp_path / "cb" / "masked_spans" / "held_out.parquet"), closed_book, MASKED_SPAN_OUTCOMES)
+    run = str(tmp_path / "cb")
+    found = compare([run])
+    assert found["masked_spans"][0]["copying"]["reads_blocks"] is False
+    assert "| held_out | cb | none: it read the null document alone (closed book) |" in comparison_markdown(found, [run])
 
 
 def test_an_empty_set_of_masked_span_outcomes_is_refused_naming_it(tmp_path):

@@ -37,6 +37,7 @@ def test_the_breakdown_ranks_holders_by_p_z_and_finds_the_spans_only_a_holder_ge
         "copied": 2, "copied_holder_first": 1, "copied_holder_first_right": 1,
         "copied_holder_lower": 1, "copied_holder_lower_right": 0,
         "copied_holder_lower_p": pytest.approx(0.1), "copied_holder_lower_top_p": pytest.approx(0.6),
+        "reads_blocks": True,
     }
     # outcomes written before the candidates were listed read back with them null
     assert copying_breakdown([*rows, {**rows[0], "retrieval_log_probs": None}]) is None
