@@ -72,10 +72,13 @@ class FinetuneParams(FinetuneConfig):
     @model_validator(mode="after")
     def _dense_settings_need_the_dense_retriever(self) -> FinetuneParams:
         # A BM25 run reads BM25's candidates and has no query tower: these would do nothing.
-        dense_only = [name for name in ("bm25_candidates", "retrieve_every_step") if getattr(self, name)]
+        dense_only = [
+            name for name in ("bm25_candidates", "retrieve_every_step", "retriever_corpus_softmax") if getattr(self, name)
+        ]
         if self.retriever == "bm25" and dense_only:
             verb, they = ("needs", "it") if len(dense_only) == 1 else ("need", "they")
-            raise ValueError(f"{' and '.join(dense_only)} {verb} retriever 'dense'; with 'bm25' {they} would do nothing")
+            names = " and ".join([", ".join(dense_only[:-1]), dense_only[-1]] if len(dense_only) > 1 else dense_only)
+            raise ValueError(f"{names} {verb} retriever 'dense'; with 'bm25' {they} would do nothing")
         return self
 
 

@@ -87,6 +87,7 @@ class DenseRetriever:
     ):
         self.query_embedder, self.index, self.tokenizer = query_embedder, index, tokenizer
         self.model_config, self.device = model_config, device
+        self._corpus_vectors: torch.Tensor | None = None
 
     def trainable_modules(self) -> list[torch.nn.Module]:
         return [self.query_embedder]
@@ -99,6 +100,14 @@ class DenseRetriever:
 
     def score(self, question_ids: Sequence[Sequence[int]], block_ids: np.ndarray, found: np.ndarray) -> torch.Tensor:
         return self._logits(self._embed(question_ids), block_ids, found)
+
+    def corpus_scores(self, question_ids: Sequence[Sequence[int]]) -> torch.Tensor:
+        """[n, every block] logits, in `index.block_ids`' order, with graph into the query tower:
+        the index's vectors are fixed, so scoring the whole corpus is one matrix product."""
+        if self._corpus_vectors is None:
+            vectors = np.ascontiguousarray(self.index.lookup(self.index.block_ids), dtype=np.float32)
+            self._corpus_vectors = torch.from_numpy(vectors).to(self.device)  # [blocks, d]
+        return self._embed(question_ids) @ self._corpus_vectors.T
 
     def _embed(self, question_ids: Sequence[Sequence[int]]) -> torch.Tensor:
         return embed_questions(

@@ -1,6 +1,9 @@
 """The fine-tuning loss of a batch of questions, over their cached candidates (ORQA's recipe):
 - ORQA's early update (dense only): −log Σ_{candidates holding an answer} p(z|x), p(z|x) a
   softmax over the cached candidates, rescored by the current query tower (`early_update_loss`);
+  with `retriever_corpus_softmax`, a softmax over every block of the index instead, every block
+  holding an answer a positive, over the batch's questions and its retriever-only ones
+  (`CorpusPositives`, `corpus_early_update_loss`);
 - the reader's loss over the `num_read` best-scored candidates, as ORQA's reader: one
   softmax over every span of every read block with the block's retrieval logit added to each
   span's score, marginalised over all gold spans (`joint_span_logits`, `joint_reader_loss`);
@@ -14,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from realm.model.index.block_store import BlockStore
@@ -25,7 +29,7 @@ from realm.model.networks.reader import (
 )
 from realm.model.qa.answering import question_wordpieces
 from realm.model.qa.qa_data import QAExample
-from realm.model.qa.question_retrieval import QuestionRetriever
+from realm.model.qa.question_retrieval import DenseRetriever, QuestionRetriever
 from realm.model.tokenization import WordPieceTokenizer
 from realm.model.training.question_candidates import Candidates
 from realm.model.training.stage_settings import FinetuneConfig
@@ -36,6 +40,29 @@ class StepStats:
     retriever_loss: float
     reader_loss: float
     without_answer_in_read: int  # questions whose best-scored read blocks held no answer (a gold block was swapped in)
+
+
+@dataclass
+class CorpusPositives:
+    """Questions whose retriever loss is taken over the whole corpus: a step's batch, then
+    questions trained through the query tower alone, each with the ids of the blocks holding
+    its answer (`realm.model.qa.corpus_holders`)."""
+
+    examples: Sequence[QAExample]
+    holders: Sequence[np.ndarray]
+
+
+def corpus_early_update_loss(
+    retriever: DenseRetriever, tokenizer: WordPieceTokenizer, corpus: CorpusPositives, config: FinetuneConfig
+) -> torch.Tensor:
+    """The early update with p(z|x) a softmax over every block of the index, less the blocks
+    each question excludes; float32 scalar with graph into the query tower."""
+    question_ids = question_wordpieces(tokenizer, [e.question for e in corpus.examples], config.max_question_wordpieces)
+    logits = retriever.corpus_scores(question_ids)  # [n, blocks]
+    index_ids = retriever.index.block_ids
+    gold = np.stack([np.isin(index_ids, holders) for holders in corpus.holders])  # [n, blocks]
+    allowed = np.stack([~np.isin(index_ids, list(e.excluded_block_ids)) for e in corpus.examples])  # [n, blocks]
+    return early_update_loss(logits, torch.from_numpy(gold).to(logits.device), torch.from_numpy(allowed).to(logits.device))
 
 
 def read_slots(logits: torch.Tensor, holds_answer: torch.Tensor, num_read: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,22 +93,20 @@ def finetune_loss(
     model_config: ModelConfig,
     config: FinetuneConfig,
     device: torch.device,
+    corpus: CorpusPositives | None = None,
 ) -> tuple[torch.Tensor, StepStats]:
     """Early-update retriever loss + joint reader loss of the questions `examples`, whose
     candidates are `candidates` (module docstring), each a mean over the questions it is
     defined for; float32 scalar with graph.
-    `entity_types`: a block's body wordpieces' entity types (`realm.model.qa.entity_types`)."""
+    `entity_types`: a block's body wordpieces' entity types (`realm.model.qa.entity_types`).
+    `corpus`: where given (dense only), the early update is taken over the whole corpus for
+    its questions (`examples` first) instead of over the candidates."""
     size, read = len(examples), config.num_read
     question_ids = question_wordpieces(tokenizer, [e.question for e in examples], config.max_question_wordpieces)
     block_ids, found = candidates.block_ids, candidates.found  # [batch, candidates] x2
     logits = retriever.score(question_ids, block_ids, found)  # [batch, candidates]; graph into the query tower
     found_mask = torch.from_numpy(found).to(device)
     holds_answer = torch.from_numpy(candidates.holds_answer).to(device)  # [batch, candidates]
-    if retriever.trainable_modules():
-        retriever_loss = early_update_loss(logits, holds_answer, found_mask)
-    else:  # BM25: nothing to train
-        retriever_loss = logits.new_zeros(())
-
     slots, swapped = read_slots(logits, holds_answer & found_mask, read)  # [batch, read], [batch]
     slot_rows = slots.cpu().numpy()
     bodies = [
@@ -107,6 +132,12 @@ def finetune_loss(
     )  # [batch, read * spans]
     per_question, answerable = joint_reader_loss(joint_logits, gold_mask.view(size, -1))
     reader_loss = per_question.sum() / answerable.sum().clamp(min=1)
+    if corpus is not None:  # after the reader's forward, so the reader draws the dropout masks it would without
+        retriever_loss = corpus_early_update_loss(retriever, tokenizer, corpus, config)
+    elif retriever.trainable_modules():
+        retriever_loss = early_update_loss(logits, holds_answer, found_mask)
+    else:  # BM25: nothing to train
+        retriever_loss = logits.new_zeros(())
 
     stats = StepStats(
         retriever_loss=retriever_loss.item(),

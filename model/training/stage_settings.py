@@ -237,6 +237,12 @@ class FinetuneConfig(RetentionConfig):
     validation_fraction: float = Field(
         0.05, ge=0, lt=1, description="questions held out by hash and answered at each checkpoint to pick the best"
     )
+    retriever_corpus_softmax: bool = Field(
+        False, description="the early update over every block of the index instead of the cached candidates "
+        "(the doc vectors are fixed, so scoring the corpus is one matrix product), every block holding an answer a "
+        "positive; each step adds as many questions whose answer no candidate holds but some block does, trained "
+        "through the query tower alone (dense only)",
+    )
     retrieve_every_step: bool = Field(
         False, description="join each step's questions' cached candidates to the current query tower's top "
         "num_candidates (ORQA's per-step retrieval; dense only), so the blocks the tower comes to rank first are "

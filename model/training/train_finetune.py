@@ -8,7 +8,11 @@ and left out of the batch stream, which then holds only questions that carry a l
 DPR likewise train on questions whose answer was retrieved). With `retrieve_every_step`, a
 step's questions also take the current query tower's top blocks beside their cached ones
 (`FreshCandidates`). Each step minimises the early
-update plus the joint reader loss of a batch (`realm.model.training.finetune_loss`).
+update plus the joint reader loss of a batch (`realm.model.training.finetune_loss`). With
+`retriever_corpus_softmax`, the early update is taken over the whole corpus, and the questions
+left out for want of a candidate holding the answer, where some block of the corpus holds it
+(`realm.model.qa.corpus_holders`), join each step through the query tower alone: a stream of
+their own, as many a step as the batch, so the batches the reader reads are unchanged.
 
 `validation_fraction` of the questions (chosen by a hash of the question, so the same ones on
 every run and machine) is never trained on: every `checkpoint_every` steps the model answers
@@ -43,11 +47,12 @@ from realm.model.networks.checkpoint import BEST_DIR, WEIGHT_AVERAGE_EXTRA, chec
 from realm.model.networks.config import ModelConfig
 from realm.model.qa.answer_metrics import exact_match
 from realm.model.qa.answering import Answerer
+from realm.model.qa.corpus_holders import answer_holders
 from realm.model.qa.qa_data import QAExample, hash_chosen
 from realm.model.index.bm25 import Bm25Index
 from realm.model.qa.question_retrieval import Bm25Retriever, is_bm25_index, load_question_retriever
 from realm.model.training.example_order import batch_rows
-from realm.model.training.finetune_loss import finetune_loss
+from realm.model.training.finetune_loss import CorpusPositives, finetune_loss
 from realm.model.training.finetune_start import WARM_START, initial_components
 from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
 from realm.model.training.question_candidates import (
@@ -170,6 +175,16 @@ class FinetuneTrainer(Trainer):
             raise ValueError(
                 f"none of the {len(self.training)} training questions has an answer among its candidate blocks"
             )
+        self.holders: list[np.ndarray] | None = None
+        self.retriever_only_rows = np.empty(0, dtype=np.int64)
+        if config.retriever_corpus_softmax:
+            if not dense:
+                raise ValueError("retriever_corpus_softmax needs a dense index: BM25 has no query tower to train")
+            self.holders = answer_holders(
+                self.tokenizer, self.blocks, self.retriever.index.block_ids, self.training, model_config.max_span_wordpieces
+            )
+            held = np.array([len(h) > 0 for h in self.holders], dtype=bool)
+            self.retriever_only_rows = np.flatnonzero(held & ~self.candidates.holds_answer.any(axis=1))
         total_steps = math.ceil(config.epochs * len(self.rows) / config.batch_size)
 
         head = torch.nn.ModuleList(self.reader.fresh_modules())
@@ -192,15 +207,28 @@ class FinetuneTrainer(Trainer):
             len(self.rows), len(self.training) + len(self.validation), len(self.training) - len(self.rows),
             self.candidates.block_ids.shape[1], len(self.validation), config.epochs, total_steps, self.step,
         )
+        if self.holders is not None:
+            log.info(
+                "the early update over all %d blocks; %d questions without an answer among their candidates train the "
+                "query tower alone", self.retriever.index.count, len(self.retriever_only_rows),
+            )
 
     def train_step(self) -> dict:
         for module in [*self.retriever.trainable_modules(), self.reader]:
             module.train()
         batch = batch_rows(self.rows, self.config.batch_size, self.seed, self.step)
         candidates = self.candidates.batch(batch) if self.fresh is None else self.fresh.batch(self.retriever, batch)
+        corpus = None
+        if self.holders is not None:
+            retriever_only = (
+                batch_rows(self.retriever_only_rows, self.config.batch_size, self.seed, self.step)
+                if len(self.retriever_only_rows) else []
+            )
+            rows = [*batch, *retriever_only]
+            corpus = CorpusPositives([self.training[r] for r in rows], [self.holders[r] for r in rows])
         loss, stats = finetune_loss(
             self.retriever, self.reader, self.tokenizer, self.blocks, self.entity_types, [self.training[r] for r in batch],
-            candidates, self.model_config, self.config, self.device,
+            candidates, self.model_config, self.config, self.device, corpus=corpus,
         )
         self.final_loss = apply_update(loss, self.optimizer, self.scheduler, "fine-tuning", self.step + 1)
         if self.average is not None:
@@ -268,6 +296,7 @@ class FinetuneTrainer(Trainer):
         """Train to the end; returns {step, checkpoint (the best validated, else the last),
         best_validation_em, steps_per_s, final_loss (the last step trained, here or before a
         resume), training_questions, validation_questions, without_answer_in_candidates,
+        retriever_only_questions (of those, the ones training the query tower alone),
         examples_seen, examples_without_answer_in_read} (counts over the whole run, resumes
         included)."""
         self._train(progress)
@@ -280,6 +309,7 @@ class FinetuneTrainer(Trainer):
             "training_questions": len(self.rows),
             "validation_questions": len(self.validation),
             "without_answer_in_candidates": len(self.training) - len(self.rows),
+            "retriever_only_questions": len(self.retriever_only_rows),
             "examples_seen": self.counts["examples_seen"],
             "examples_without_answer_in_read": self.counts["without_answer_in_read"],
         }

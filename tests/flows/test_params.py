@@ -31,7 +31,7 @@ def test_the_default_run_preset_is_the_flow_default_but_for_what_it_says_it_chan
     assert (default.run, default.ict, default.finetune) == (PipelineParams().run, IctParams(), FinetuneParams())
 
 
-@pytest.mark.parametrize("setting", ["bm25_candidates=20", "retrieve_every_step=true"])
+@pytest.mark.parametrize("setting", ["bm25_candidates=20", "retrieve_every_step=true", "retriever_corpus_softmax=true"])
 def test_a_dense_only_fine_tuning_setting_with_the_bm25_retriever_is_refused(setting):
     """A BM25 run has no query tower and reads BM25's candidates already: the setting would be
     silently ignored, so it is refused by name instead."""
@@ -45,3 +45,7 @@ def test_both_dense_only_settings_with_the_bm25_retriever_are_named_in_one_line(
     with pytest.raises(SystemExit, match="^--param: bm25_candidates and retrieve_every_step need retriever 'dense'; with "
                        "'bm25' they would do nothing$"):
         with_overrides(FinetuneParams(), ["retriever=bm25", "bm25_candidates=20", "retrieve_every_step=true"])
+    with pytest.raises(SystemExit, match="^--param: bm25_candidates, retrieve_every_step and retriever_corpus_softmax need "):
+        with_overrides(
+            FinetuneParams(), ["retriever=bm25", "bm25_candidates=20", "retrieve_every_step=true", "retriever_corpus_softmax=true"]
+        )

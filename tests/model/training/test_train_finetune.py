@@ -27,7 +27,8 @@ from realm.model.networks.reader import build_reader, reader_inputs
 from realm.model.qa.gold_spans import find_gold_spans
 from realm.model.networks.retriever import Embedder
 from realm.model.tokenization import join
-from realm.model.training.finetune_loss import finetune_loss, read_slots
+from realm.model.qa.corpus_holders import answer_holders
+from realm.model.training.finetune_loss import CorpusPositives, finetune_loss, read_slots
 from realm.model.training.finetune_start import WARM_START
 from realm.model.training.question_candidates import CandidateCache
 from realm.model.training.train_finetune import FinetuneTrainer, is_validation_question, validation_exact_match
@@ -108,6 +109,88 @@ def test_loss_is_early_update_plus_the_joint_reader_loss_computed_by_brute_force
     assert stats.retriever_loss == pytest.approx(float(retriever_loss), rel=1e-4)
     assert stats.reader_loss == pytest.approx(float(reader_loss), rel=1e-4)
     assert loss.item() == pytest.approx(float(retriever_loss + reader_loss), rel=1e-4)
+
+
+def test_the_corpus_early_update_is_a_softmax_over_every_block_with_every_holder_a_positive(
+    qa_corpus, distinct_vectors_index, tokenizer, tiny_config
+):
+    """With `corpus`, the retriever term is the mean over its questions (the batch's, then the
+    retriever-only ones) of −log Σ_{z holding the answer} p(z|x), p(z|x) a softmax over every
+    block of the index less the question's excluded ones; the reader term is unchanged."""
+    blocks = BlockStore.from_parquet(qa_corpus[0], with_text=True, with_entities=True)
+    index = MipsIndex.load(distinct_vectors_index)
+    torch.manual_seed(0)
+    query_embedder, reader = build_component(Embedder, tiny_config).eval(), build_reader(tiny_config).eval()
+    retriever = DenseRetriever(query_embedder, index, tokenizer, tiny_config, CPU)
+    config = CONFIG.model_copy(update={"num_candidates": 2, "num_read": 2})
+    batch = [EXAMPLES[0]]
+    retriever_only = QAExample("Which river flows through Paris?", ["Seine"], "test", excluded_block_ids=(11,))
+    questions = [*batch, retriever_only]
+    holders = answer_holders(tokenizer, blocks, index.block_ids, questions, tiny_config.max_span_wordpieces)
+    assert [h.tolist() for h in holders] == [[-7, 11], [-7]]  # the Seine block excluded
+    candidates = _cache(retriever, tokenizer, blocks, batch, tiny_config, config).batch(np.array([0]))
+    entity_types = BlockEntityTypes(blocks, tokenizer)
+
+    def loss(corpus):
+        return finetune_loss(
+            retriever, reader, tokenizer, blocks, entity_types, batch, candidates, tiny_config, config, CPU, corpus=corpus
+        )
+
+    total, stats = loss(CorpusPositives(questions, holders))
+    _, candidates_only = loss(None)
+
+    with torch.no_grad():
+        expected = []
+        for question, held in zip(questions, holders):
+            query = query_embedder(**pad_batch([join(tokenizer, tokenizer.encode(question.question))], tokenizer.pad_id).as_kwargs())[0]
+            kept = [int(b) for b in index.block_ids if int(b) not in question.excluded_block_ids]
+            logits = torch.tensor([float(query @ torch.from_numpy(index.lookup([b])[0])) for b in kept], dtype=torch.float64)
+            log_p = torch.log_softmax(logits, 0)
+            expected.append(-float(torch.logsumexp(log_p[[kept.index(int(b)) for b in held]], 0)))
+    assert stats.retriever_loss == pytest.approx(np.mean(expected), rel=1e-4)
+    assert stats.retriever_loss != pytest.approx(candidates_only.retriever_loss, rel=1e-3)  # over 2 candidates before
+    assert stats.reader_loss == candidates_only.reader_loss
+    assert total.item() == pytest.approx(stats.retriever_loss + stats.reader_loss, rel=1e-5)
+
+
+def test_questions_without_an_answer_among_their_candidates_train_the_query_tower_alone(
+    qa_corpus, distinct_vectors_index, tmp_path, tiny_config
+):
+    """Two candidates a question: the ones whose answer neither holds train through the corpus
+    early update only, in a stream of their own, so the reader's batches are those of a run
+    without it, and the corpus p(z|x) of their answers' blocks rises."""
+    blocks = BlockStore.from_parquet(qa_corpus[0], with_text=True)
+    index = MipsIndex.load(distinct_vectors_index)
+    examples = [*EXAMPLES, QAExample("Where does the Seine flow into the English Channel?", ["Le Havre"], "test"), UNANSWERABLE]
+    config = CONFIG.model_copy(update={"num_candidates": 2, "num_read": 2, "epochs": 10, "batch_size": 2, "checkpoint_every": 100})
+    runs = {}
+    for corpus_softmax in (False, True):
+        trainer = FinetuneTrainer(
+            examples, qa_corpus[0], distinct_vectors_index, None, str(tmp_path / str(corpus_softmax)), tiny_config,
+            config.model_copy(update={"retriever_corpus_softmax": corpus_softmax}), CPU,
+        )
+        logged = []
+        runs[corpus_softmax] = (trainer, trainer.run(logged.append), logged)
+    trainer, result, logged = runs[True]
+    _, baseline, baseline_logged = runs[False]
+
+    holders = answer_holders(trainer.tokenizer, blocks, index.block_ids, trainer.training, tiny_config.max_span_wordpieces)
+    reachable = trainer.candidates.holds_answer.any(axis=1)
+    expected_only = [i for i, held in enumerate(holders) if len(held) and not reachable[i]]
+    assert 0 < len(expected_only) and result["retriever_only_questions"] == len(expected_only)
+    assert result["training_questions"] == baseline["training_questions"] == int(reachable.sum())
+    assert result["step"] == baseline["step"]
+    assert logged[0]["reader_loss"] == baseline_logged[0]["reader_loss"]  # the same first batch, the same weights
+
+    def holder_probability(run_trainer) -> float:
+        with torch.no_grad():
+            run_trainer.retriever.query_embedder.eval()
+            ids = [run_trainer.tokenizer.encode(trainer.training[i].question) for i in expected_only]
+            log_p = torch.log_softmax(run_trainer.retriever.corpus_scores(ids), dim=-1)
+            gold = torch.from_numpy(np.stack([np.isin(index.block_ids, holders[i]) for i in expected_only]))
+            return float(torch.exp(log_p).masked_fill(~gold, 0).sum(-1).mean())
+
+    assert holder_probability(trainer) > holder_probability(runs[False][0]) + 0.1
 
 
 def test_each_read_block_is_read_at_its_own_padded_length_with_the_padded_batchs_loss_and_gradients(
