@@ -165,8 +165,9 @@ class PretrainConfig(RetentionConfig):
     # Not REALM's: the distant supervision ORQA and DPR fine-tune with (the answer string in the
     # block), applied to the masked span, which the query never shows. Where a retrieved block
     # holds the span, the block that could be copied from is often ranked below others that
-    # cannot (README, "Where the holder's reading is lost"). Not yet measured at scale: the run
-    # and its keep rule are in the README ("Built, not yet measured").
+    # cannot (README, "Where the holder's reading is lost"). Measured off (README, "the retriever
+    # supervised by the blocks that hold the span"): at 1.0 a holder ranked first for 820 of 4,096
+    # against 748, and 415 right with retrieval against 420 (32 / 37, p = 0.63).
     holder_retrieval_weight: float = Field(
         0.0, ge=0, description="while the retriever trains, add this times −log Σ p(z|x) over the retrieved blocks "
         "holding the masked span (zero for examples none holds) to the loss; 0: REALM's loss alone"
