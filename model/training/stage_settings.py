@@ -238,6 +238,9 @@ class FinetuneConfig(RetentionConfig):
     validation_fraction: float = Field(
         0.05, ge=0, lt=1, description="questions held out by hash and answered at each checkpoint to pick the best"
     )
+    # Measured on one seed (README, "The query tower trained over the whole corpus"): R@5 up on
+    # the three dev sets (25 / 7 questions, p = 0.002), mean EM level (0.169 against 0.165, 10 / 11);
+    # off until a second seed agrees.
     retriever_corpus_softmax: bool = Field(
         False, description="the early update over every block of the index instead of the cached candidates "
         "(the doc vectors are fixed, so scoring the corpus is one matrix product), every block holding an answer a "
