@@ -4,8 +4,8 @@ CuratedTrec's regex answers the block text in full.
 
 Testing 3k questions against 10k blocks span by span would take hours; a posting list of the
 blocks each wordpiece occurs in narrows a text answer to the blocks holding all of its
-wordpieces, and one search of each regex over the joined corpus text narrows a regex answer to
-the blocks it matches anywhere, so the exact test runs on those alone.
+wordpieces, and a regex answer to the blocks whose text it matches anywhere (the test
+`regex_gold_spans` itself starts with), so the exact test runs on those alone.
 """
 
 from __future__ import annotations
@@ -22,9 +22,6 @@ from realm.model.qa.gold_spans import gold_spans
 from realm.model.qa.qa_data import QAExample
 from realm.model.tokenization import WordPieceTokenizer
 
-# Joins block texts for the regex pass: no answer pattern matches across it.
-_SEPARATOR = "\n\x00\n"
-
 
 def answer_holders(
     tokenizer: WordPieceTokenizer,
@@ -40,16 +37,13 @@ def answer_holders(
     for block_id in block_ids.tolist():
         for wordpiece in set(blocks.body_ids(block_id)):
             postings[wordpiece].add(block_id)
-    texts: str | None = None
-    starts = np.empty(0, dtype=np.int64)
+    texts: list[tuple[int, str]] | None = None
     holders = []
     for example in examples:
         if example.answer_type == "regex":
             if texts is None:
-                pieces = [blocks.text(int(b)) for b in block_ids]
-                starts = np.cumsum([0] + [len(p) + len(_SEPARATOR) for p in pieces[:-1]])
-                texts = _SEPARATOR.join(pieces)
-            candidates = _regex_candidates(example.answers, texts, starts, block_ids)
+                texts = [(b, blocks.text(b)) for b in block_ids.tolist()]
+            candidates = _regex_candidates(example.answers, texts)
         else:
             candidates = _wordpiece_candidates(tokenizer, example.answers, postings, max_span_wordpieces)
         excluded = set(example.excluded_block_ids)
@@ -76,15 +70,14 @@ def _wordpiece_candidates(
     return found
 
 
-def _regex_candidates(patterns: Sequence[str], texts: str, starts: np.ndarray, block_ids: np.ndarray) -> set[int]:
+def _regex_candidates(patterns: Sequence[str], texts: list[tuple[int, str]]) -> set[int]:
     """Blocks whose text some pattern matches anywhere (a pattern that does not compile
-    matches nothing, as in `regex_gold_spans`)."""
-    found: set[int] = set()
+    matches nothing, as in `regex_gold_spans`). Each block is searched on its own: one search
+    of the joined texts would let a match run across a block's end and hide the next block's."""
+    compiled = []
     for pattern in patterns:
         try:
-            compiled = re.compile(pattern, flags=re.IGNORECASE | re.UNICODE)
+            compiled.append(re.compile(pattern, flags=re.IGNORECASE | re.UNICODE))
         except re.error:
             continue
-        for match in compiled.finditer(texts):
-            found.add(int(block_ids[np.searchsorted(starts, match.start(), side="right") - 1]))
-    return found
+    return {block_id for block_id, text in texts if any(c.search(text) for c in compiled)}

@@ -132,7 +132,9 @@ def finetune_loss(
     )  # [batch, read * spans]
     per_question, answerable = joint_reader_loss(joint_logits, gold_mask.view(size, -1))
     reader_loss = per_question.sum() / answerable.sum().clamp(min=1)
-    if corpus is not None:  # after the reader's forward, so the reader draws the dropout masks it would without
+    # After the reader's forward: a step's reader then reads with the random state a run without
+    # `corpus` would have at that point (under dropout the streams part after the first step).
+    if corpus is not None:
         retriever_loss = corpus_early_update_loss(retriever, tokenizer, corpus, config)
     elif retriever.trainable_modules():
         retriever_loss = early_update_loss(logits, holds_answer, found_mask)

@@ -220,10 +220,9 @@ class FinetuneTrainer(Trainer):
         candidates = self.candidates.batch(batch) if self.fresh is None else self.fresh.batch(self.retriever, batch)
         corpus = None
         if self.holders is not None:
-            retriever_only = (
-                batch_rows(self.retriever_only_rows, self.config.batch_size, self.seed, self.step)
-                if len(self.retriever_only_rows) else []
-            )
+            # no more than there are, so none is counted twice in a step's mean
+            count = min(self.config.batch_size, len(self.retriever_only_rows))
+            retriever_only = batch_rows(self.retriever_only_rows, count, self.seed, self.step) if count else []
             rows = [*batch, *retriever_only]
             corpus = CorpusPositives([self.training[r] for r in rows], [self.holders[r] for r in rows])
         loss, stats = finetune_loss(

@@ -44,3 +44,18 @@ def test_only_the_given_blocks_are_searched(tokenizer, blocks_table):
     blocks = BlockStore(blocks_table)
     holders = answer_holders(tokenizer, blocks, np.array([11, 23]), [CORPUS_QUESTIONS[0], CORPUS_QUESTIONS[3]], 10)
     assert [h.tolist() for h in holders] == [[11], []]
+
+
+def test_a_regex_match_running_past_a_blocks_end_hides_no_other_block(tokenizer, blocks_table):
+    """Each block's text is searched on its own: a pattern that could span two blocks' texts
+    joined still finds the second block's own match, and "^" anchors at each block's start."""
+    blocks = BlockStore(blocks_table)
+    block_ids = blocks_table["block_id"].to_numpy()
+    examples = [
+        QAExample("Where does the Nile flow?", [r"[^,]+ Sea"], "trec", "regex"),
+        QAExample("Who was deaf?", [r"^Ludwig van Beethoven"], "trec", "regex"),
+    ]
+    holders = answer_holders(tokenizer, blocks, block_ids, examples, max_span_wordpieces=10)
+    # "mountain above sea", "the Mediterranean Sea". Over the joined texts, "[^,]+" ran from the
+    # Paris block into Everest's and from Curie's into the Nile's, so neither was tested.
+    assert [h.tolist() for h in holders] == [[23, 68], [-3]]

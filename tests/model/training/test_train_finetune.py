@@ -154,15 +154,25 @@ def test_the_corpus_early_update_is_a_softmax_over_every_block_with_every_holder
 
 
 def test_questions_without_an_answer_among_their_candidates_train_the_query_tower_alone(
-    qa_corpus, distinct_vectors_index, tmp_path, tiny_config
+    qa_corpus, distinct_vectors_index, tmp_path, tiny_config, monkeypatch
 ):
     """Two candidates a question: the ones whose answer neither holds train through the corpus
     early update only, in a stream of their own, so the reader's batches are those of a run
     without it, and the corpus p(z|x) of their answers' blocks rises."""
+    import realm.model.training.train_finetune as train_finetune
+
+    steps = []  # (the reader's questions, the corpus early update's) of each step with the setting
+
+    def recording(*args, corpus=None, **kwargs):
+        if corpus is not None:
+            steps.append(([e.question for e in args[5]], [e.question for e in corpus.examples]))
+        return finetune_loss(*args, corpus=corpus, **kwargs)
+
+    monkeypatch.setattr(train_finetune, "finetune_loss", recording)
     blocks = BlockStore.from_parquet(qa_corpus[0], with_text=True)
     index = MipsIndex.load(distinct_vectors_index)
     examples = [*EXAMPLES, QAExample("Where does the Seine flow into the English Channel?", ["Le Havre"], "test"), UNANSWERABLE]
-    config = CONFIG.model_copy(update={"num_candidates": 2, "num_read": 2, "epochs": 10, "batch_size": 2, "checkpoint_every": 100})
+    config = CONFIG.model_copy(update={"num_candidates": 2, "num_read": 2, "epochs": 40, "batch_size": 8, "checkpoint_every": 100})
     runs = {}
     for corpus_softmax in (False, True):
         trainer = FinetuneTrainer(
@@ -181,6 +191,13 @@ def test_questions_without_an_answer_among_their_candidates_train_the_query_towe
     assert result["training_questions"] == baseline["training_questions"] == int(reachable.sum())
     assert result["step"] == baseline["step"]
     assert logged[0]["reader_loss"] == baseline_logged[0]["reader_loss"]  # the same first batch, the same weights
+    only = {trainer.training[i].question for i in expected_only}
+    assert len(steps) == result["step"]
+    for read, scored in steps:
+        assert scored[: len(read)] == read and not only & set(read)  # never read, ...
+        assert set(scored[len(read):]) <= only and len(scored[len(read):]) == min(8, len(only))  # ... each once a step
+        assert len(set(scored[len(read):])) == len(scored[len(read):])
+    assert {q for _, scored in steps for q in scored} >= only
 
     def holder_probability(run_trainer) -> float:
         with torch.no_grad():
