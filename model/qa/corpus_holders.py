@@ -10,7 +10,6 @@ wordpieces, and a regex answer to the blocks whose text it matches anywhere (the
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -18,7 +17,7 @@ import numpy as np
 
 from realm.model.index.block_store import BlockStore
 from realm.model.qa.answer_metrics import normalize_answer
-from realm.model.qa.gold_spans import gold_spans
+from realm.model.qa.gold_spans import compile_patterns, gold_spans
 from realm.model.qa.qa_data import QAExample
 from realm.model.tokenization import WordPieceTokenizer
 
@@ -74,10 +73,5 @@ def _regex_candidates(patterns: Sequence[str], texts: list[tuple[int, str]]) -> 
     """Blocks whose text some pattern matches anywhere (a pattern that does not compile
     matches nothing, as in `regex_gold_spans`). Each block is searched on its own: one search
     of the joined texts would let a match run across a block's end and hide the next block's."""
-    compiled = []
-    for pattern in patterns:
-        try:
-            compiled.append(re.compile(pattern, flags=re.IGNORECASE | re.UNICODE))
-        except re.error:
-            continue
+    compiled = compile_patterns(patterns)
     return {block_id for block_id, text in texts if any(c.search(text) for c in compiled)}

@@ -49,6 +49,18 @@ def find_gold_spans(
     return sorted(spans)
 
 
+def compile_patterns(patterns: Sequence[str]) -> list[re.Pattern]:
+    """CuratedTrec's answer patterns, case-insensitive; one that does not compile is left out
+    (it matches nothing) rather than failing the question's whole dataset."""
+    compiled = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern, flags=re.IGNORECASE | re.UNICODE))
+        except re.error:
+            continue
+    return compiled
+
+
 def regex_gold_spans(
     tokenizer: WordPieceTokenizer,
     body_ids: Sequence[int],
@@ -65,12 +77,7 @@ def regex_gold_spans(
     skipped before the span enumeration; a block whose text does not re-tokenize to its body
     has no spans here.
     """
-    compiled = []
-    for pattern in patterns:
-        try:
-            compiled.append(re.compile(pattern, flags=re.IGNORECASE | re.UNICODE))
-        except re.error:
-            continue
+    compiled = compile_patterns(patterns)
     if not any(c.search(body_text) for c in compiled):
         return []
     offsets = body_offsets(tokenizer, body_ids, body_text)
