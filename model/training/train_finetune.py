@@ -3,14 +3,14 @@ tower and the reader learn.
 
 Retrieval runs once: each training question's candidates and their gold spans are cached
 before the first step (`realm.model.training.question_candidates`); a question none of whose
-candidates holds an answer can teach neither the retriever nor the reader, so it is counted
-and left out of the batch stream, which then holds only questions that carry a loss (ORQA and
-DPR likewise train on questions whose answer was retrieved). With `retrieve_every_step`, a
+candidates holds an answer gives the reader nothing to learn, so it is counted and left out
+of the batch stream, which then holds only questions that carry a reader loss (ORQA and DPR
+likewise train on questions whose answer was retrieved). With `retrieve_every_step`, a
 step's questions also take the current query tower's top blocks beside their cached ones
-(`FreshCandidates`). Each step minimises the early
-update plus the joint reader loss of a batch (`realm.model.training.finetune_loss`). With
-`retriever_corpus_softmax`, the early update is taken over the whole corpus, and the questions
-left out for want of a candidate holding the answer, where some block of the corpus holds it
+(`FreshCandidates`). Each step minimises the early update plus the joint reader loss of a
+batch (`realm.model.training.finetune_loss`). With `retriever_corpus_softmax` (on by default
+with a dense index), the early update is taken over the whole corpus, and the questions left
+out for want of a candidate holding the answer, where some block of the corpus holds it
 (`realm.model.qa.corpus_holders`), join each step through the query tower alone: a stream of
 their own, as many a step as the batch, so the batches the reader reads are unchanged.
 
@@ -177,7 +177,8 @@ class FinetuneTrainer(Trainer):
             )
         self.holders: list[np.ndarray] | None = None
         self.retriever_only_rows = np.empty(0, dtype=np.int64)
-        if config.retriever_corpus_softmax:
+        corpus_softmax = dense if config.retriever_corpus_softmax is None else config.retriever_corpus_softmax
+        if corpus_softmax:
             if not dense:
                 raise ValueError("retriever_corpus_softmax needs a dense index: BM25 has no query tower to train")
             self.holders = answer_holders(

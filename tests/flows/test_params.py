@@ -41,6 +41,12 @@ def test_a_dense_only_fine_tuning_setting_with_the_bm25_retriever_is_refused(set
     assert getattr(with_overrides(FinetuneParams(), [setting]), name)  # dense: accepted
 
 
+def test_the_corpus_early_update_left_at_its_default_is_off_for_bm25_without_a_word():
+    """On by default for a dense index, it is no error to leave it so with BM25; asked for, it is refused (above)."""
+    assert with_overrides(FinetuneParams(), ["retriever=bm25"]).retriever_corpus_softmax is None
+    assert with_overrides(FinetuneParams(), ["retriever=bm25", "retriever_corpus_softmax=false"]).retriever == "bm25"
+
+
 def test_both_dense_only_settings_with_the_bm25_retriever_are_named_in_one_line():
     with pytest.raises(SystemExit, match="^--param: bm25_candidates and retrieve_every_step need retriever 'dense'; with "
                        "'bm25' they would do nothing$"):

@@ -156,9 +156,10 @@ def test_the_corpus_early_update_is_a_softmax_over_every_block_with_every_holder
 def test_questions_without_an_answer_among_their_candidates_train_the_query_tower_alone(
     qa_corpus, distinct_vectors_index, tmp_path, tiny_config, monkeypatch
 ):
-    """Two candidates a question: the ones whose answer neither holds train through the corpus
-    early update only, in a stream of their own, so the reader's batches are those of a run
-    without it, and the corpus p(z|x) of their answers' blocks rises."""
+    """Two candidates a question, and the default setting (on with a dense index): the ones
+    whose answer neither holds train through the corpus early update only, in a stream of their
+    own, so the reader's batches are those of a run without it, and the corpus p(z|x) of their
+    answers' blocks rises."""
     import realm.model.training.train_finetune as train_finetune
 
     steps = []  # (the reader's questions, the corpus early update's) of each step with the setting
@@ -174,14 +175,14 @@ def test_questions_without_an_answer_among_their_candidates_train_the_query_towe
     examples = [*EXAMPLES, QAExample("Where does the Seine flow into the English Channel?", ["Le Havre"], "test"), UNANSWERABLE]
     config = CONFIG.model_copy(update={"num_candidates": 2, "num_read": 2, "epochs": 40, "batch_size": 8, "checkpoint_every": 100})
     runs = {}
-    for corpus_softmax in (False, True):
+    for corpus_softmax in (False, None):  # None, the default: on with a dense index
         trainer = FinetuneTrainer(
             examples, qa_corpus[0], distinct_vectors_index, None, str(tmp_path / str(corpus_softmax)), tiny_config,
             config.model_copy(update={"retriever_corpus_softmax": corpus_softmax}), CPU,
         )
         logged = []
         runs[corpus_softmax] = (trainer, trainer.run(logged.append), logged)
-    trainer, result, logged = runs[True]
+    trainer, result, logged = runs[None]
     _, baseline, baseline_logged = runs[False]
 
     holders = answer_holders(trainer.tokenizer, blocks, index.block_ids, trainer.training, tiny_config.max_span_wordpieces)
@@ -441,16 +442,24 @@ def test_bm25_fine_tuning_trains_the_reader_alone_and_checkpoints_only_it(qa_cor
     result, logged = _train((qa_corpus[0], bm25_path), tmp_path / "finetune", tiny_config, config)
     assert result["step"] == math.ceil(12 * result["training_questions"] / 4)
     assert all(m["retriever_loss"] == 0.0 for m in logged)
+    assert result["retriever_only_questions"] == 0  # the corpus early update is a dense index's default alone
     readers = [m["reader_loss"] for m in logged]
     assert np.mean(readers[-3:]) < 0.5 * np.mean(readers[:3])
     assert sorted(p.name for p in Path(result["checkpoint"]).iterdir() if p.is_dir()) == ["reader"]
+    with pytest.raises(ValueError, match="^retriever_corpus_softmax needs a dense index"):
+        _train(
+            (qa_corpus[0], bm25_path), tmp_path / "asked", tiny_config, config.model_copy(update={"retriever_corpus_softmax": True})
+        )
 
 
 def test_retrieving_every_step_changes_the_retriever_loss_and_resumes_exactly(qa_corpus, tmp_path, tiny_config):
     """Two cached candidates per question: once the tower has moved, its new top blocks join
     the softmax (the losses part from the cached-only run's); a crash after the step-2
-    checkpoint and a rerun give the uninterrupted run's later steps."""
-    base = CONFIG.model_copy(update={"epochs": 4, "batch_size": 1, "num_read": 2, "num_candidates": 2})
+    checkpoint and a rerun give the uninterrupted run's later steps. The early update over the
+    candidates, not the corpus, so that the candidates reach the retriever loss."""
+    base = CONFIG.model_copy(
+        update={"epochs": 4, "batch_size": 1, "num_read": 2, "num_candidates": 2, "retriever_corpus_softmax": False}
+    )
     fresh_config = base.model_copy(update={"retrieve_every_step": True})
     _, cached_log = _train(qa_corpus, tmp_path / "cached", tiny_config, base)
     straight, straight_log = _train(qa_corpus, tmp_path / "fresh", tiny_config, fresh_config)
