@@ -4,8 +4,10 @@ Questions: each run's `predictions/<dataset>.parquet` (written by `realm evaluat
 PREDICTIONS schema) gives, per dataset the runs share, exact match, reader accuracy (exact
 match among the questions with an answer in the blocks read) and recall@5, each with a
 percentile-bootstrap 95% interval, and an exact McNemar test of each run against the first on
-the questions exactly one of them answers right. Runs must have answered the same questions
-(the same question file), or the comparison is refused naming the dataset.
+the questions exactly one of them answers right; the same test of an answer in the top 5, and
+exact match split by which of the two runs read an answer (so a retriever that finds harder
+questions' answers is told apart from a reader that reads worse). Runs must have answered the
+same questions (the same question file), or the comparison is refused naming the dataset.
 
 Masked spans: each run's `masked_spans/<examples>.parquet` (pre-training's last evaluation,
 MASKED_SPAN_OUTCOMES) gives masked-span accuracy with retrieval and with the null document
@@ -13,7 +15,9 @@ alone, with intervals, and the same paired test of accuracy with retrieval again
 run: e.g. REALM's pre-training against a closed-book one, on the same never-trained-on
 examples, and that test again on two parts of them: the examples whose span a block the run
 retrieved holds (where copying from the block can help) and the rest (where only reading the
-sentence can). Runs must have evaluated the same examples, or the comparison is refused. Where the
+sentence can). Runs must have evaluated the same examples, or the comparison is refused; runs
+that link one masked_spans/ directory (fine-tuning roots of one pre-training) compare only their
+predictions, where they have them. Where the
 outcomes list their candidates (pre-trained since 2026-11-28), a second table shows where
 p(z|x) ranks the blocks holding the span and what the marginal makes of the spans only such a
 block's reading gets right (`masked_span_accuracy.copying_breakdown`).
@@ -71,13 +75,15 @@ def compare(run_roots: list[str]) -> dict[str, list[dict]]:
 
     A questions row per (dataset, run): {dataset, run, n, em, em_low, em_high,
     reader_accuracy, reader_low, reader_high, n_answer_read, recall_at_5, only_this_right,
-    only_baseline_right, p_value} (the last three None for the baseline). A masked-spans row
+    only_baseline_right, p_value, recall_at_5_paired, answer_read} (the last five None for the
+    baseline; `_retrieval_split` says what the last two hold). A masked-spans row
     per (examples, run): {examples, run, step, n, accuracy_with_retrieval and its interval
     (…_low, …_high), accuracy_null_only and its interval, span_in_candidates, the paired
     three, of accuracy with retrieval against the first run's, `in_retrieved` and
     `not_in_retrieved`: the paired three plus n, on the examples whose span this run's
     retrieved blocks hold and on the rest (None for the baseline), and copying:
-    `copying_breakdown`'s dict, None for outcomes written before the candidates were listed}."""
+    `copying_breakdown`'s dict, None for outcomes written before the candidates were listed};
+    left out when the runs share one masked_spans/ directory and have predictions to compare."""
     from realm.schemas import MASKED_SPAN_OUTCOMES, PREDICTIONS
 
     layouts = [RunLayout.at(root) for root in run_roots]
@@ -86,7 +92,10 @@ def compare(run_roots: list[str]) -> dict[str, list[dict]]:
     found = {}
     if all(predictions):
         found["questions"] = _compare_questions(run_roots, predictions)
-    if all(masked_spans):
+    # Fine-tuning roots made from one pre-training link its masked_spans/: comparing a directory
+    # with itself would print a table of ties.
+    one_directory = len(layouts) > 1 and len({layout.masked_spans.resolve() for layout in layouts}) == 1
+    if all(masked_spans) and not (one_directory and found):
         found["masked_spans"] = _compare_masked_spans(run_roots, masked_spans)
     if not found:
         lacking = next((root for root, p, m in zip(run_roots, predictions, masked_spans) if not p and not m), None)
@@ -115,17 +124,48 @@ def _compare_questions(run_roots: list[str], tables: list[dict[str, list[dict]]]
             if [p["question"] for p in predictions] != [p["question"] for p in baseline]:
                 raise ValueError(f"{dataset}: {root} and {run_roots[0]} answered different questions; evaluate both on one file")
             em = [p["exact_match"] for p in predictions]
-            read = [p["exact_match"] for p in predictions if p["answer_rank"] is not None and p["answer_rank"] < p["num_read"]]
+            read = [p["exact_match"] for p in predictions if _answer_read(p)]
             em_interval, reader = _accuracy(em, "em"), _accuracy(read, "reader_accuracy")
+            is_baseline = root == run_roots[0]
             rows.append({
                 "dataset": dataset, "run": root, "n": len(em), **em_interval,
                 "reader_accuracy": reader["reader_accuracy"],
                 "reader_low": reader["reader_accuracy_low"], "reader_high": reader["reader_accuracy_high"],
                 "n_answer_read": len(read),
-                "recall_at_5": sum(p["answer_rank"] is not None and p["answer_rank"] < 5 for p in predictions) / len(em),
-                **_paired(em, [p["exact_match"] for p in baseline], root == run_roots[0]),
+                "recall_at_5": sum(map(_in_top_5, predictions)) / len(em),
+                **_paired(em, [p["exact_match"] for p in baseline], is_baseline),
+                **({"recall_at_5_paired": None, "answer_read": None} if is_baseline else _retrieval_split(predictions, baseline)),
             })
     return rows
+
+
+def _answer_read(prediction: dict) -> bool:
+    return prediction["answer_rank"] is not None and prediction["answer_rank"] < prediction["num_read"]
+
+
+def _in_top_5(prediction: dict) -> bool:
+    return prediction["answer_rank"] is not None and prediction["answer_rank"] < 5
+
+
+def _retrieval_split(predictions: list[dict], baseline: list[dict]) -> dict:
+    """What retrieval changed, question by question, against the baseline: the paired test of
+    an answer in the top 5 (`recall_at_5_paired`), and exact match split by which run read an
+    answer (`answer_read`): where both did, the paired test (the readers compared on equal
+    footing); where only one did, how many and how many it got right. A retriever that brings
+    harder questions' answers into the read blocks lowers reader accuracy without reading worse;
+    the split tells the two apart."""
+    pairs = list(zip(predictions, baseline))
+    both = [(p, b) for p, b in pairs if _answer_read(p) and _answer_read(b)]
+    only_this = [p for p, b in pairs if _answer_read(p) and not _answer_read(b)]
+    only_baseline = [b for p, b in pairs if _answer_read(b) and not _answer_read(p)]
+    return {
+        "recall_at_5_paired": _paired([_in_top_5(p) for p, _ in pairs], [_in_top_5(b) for _, b in pairs], False),
+        "answer_read": {
+            "both": {"n": len(both), **_paired([p["exact_match"] for p, _ in both], [b["exact_match"] for _, b in both], False)},
+            "only_this": {"n": len(only_this), "right": sum(p["exact_match"] for p in only_this)},
+            "only_baseline": {"n": len(only_baseline), "right": sum(b["exact_match"] for b in only_baseline)},
+        },
+    }
 
 
 def _compare_masked_spans(run_roots: list[str], tables: list[dict[str, list[dict]]]) -> list[dict]:
@@ -245,16 +285,28 @@ def _copying_markdown(rows: list[dict], names: dict[str, str]) -> str:
 
 def _questions_markdown(rows: list[dict], names: dict[str, str]) -> str:
     lines = [
-        "| dataset | run | n | EM [95% CI] | reader accuracy [95% CI] (n) | R@5 | right only here / only in baseline | p |",
-        "|---|---|---|---|---|---|---|---|",
+        "| dataset | run | n | EM [95% CI] | reader accuracy [95% CI] (n) | R@5 | right only here / only in baseline | p "
+        "| answer in the top 5 only here / only in baseline, p | where both read an answer (n): right only here / only "
+        "in baseline, p | answer read only here: right | only in baseline: right there |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         reader = "-" if r["reader_accuracy"] is None else (
             f"{r['reader_accuracy']:.3f} [{r['reader_low']:.3f}, {r['reader_high']:.3f}]"
         )
         paired, p_value = _paired_cells(r)
+        split = ["", "", "", ""]
+        if r["recall_at_5_paired"] is not None:
+            recall, read = r["recall_at_5_paired"], r["answer_read"]
+            split = [
+                f"{recall['only_this_right']} / {recall['only_baseline_right']}, p = {recall['p_value']:.3g}",
+                f"({read['both']['n']}) {read['both']['only_this_right']} / {read['both']['only_baseline_right']}, "
+                f"p = {read['both']['p_value']:.3g}",
+                f"{read['only_this']['right']} of {read['only_this']['n']}",
+                f"{read['only_baseline']['right']} of {read['only_baseline']['n']}",
+            ]
         lines.append(
             f"| {r['dataset']} | {names[r['run']]} | {r['n']} | {r['em']:.3f} [{r['em_low']:.3f}, {r['em_high']:.3f}] "
-            f"| {reader} ({r['n_answer_read']}) | {r['recall_at_5']:.3f} | {paired} | {p_value} |"
+            f"| {reader} ({r['n_answer_read']}) | {r['recall_at_5']:.3f} | {paired} | {p_value} | {' | '.join(split)} |"
         )
     return "\n".join(lines)

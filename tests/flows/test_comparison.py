@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from realm.flows.comparison import compare, comparison_markdown
@@ -6,11 +8,11 @@ from realm.model.qa.paired_stats import mcnemar_exact_p_value
 from realm.schemas import MASKED_SPAN_OUTCOMES, PREDICTIONS, write_table
 
 
-def _evaluated(root, dataset, outcomes):
+def _evaluated(root, dataset, outcomes, num_read=5):
     """A run root whose predictions hold `outcomes`: (exact_match, answer_rank) per question."""
     rows = [
         {"dataset": dataset, "question": f"q{i}", "answers": ["a"], "prediction": "a" if em else "b", "score": -1.0,
-         "block_ids": [1, 2], "block_probs": [0.5, 0.5], "exact_match": em, "answer_rank": rank, "num_read": 5}
+         "block_ids": [1, 2], "block_probs": [0.5, 0.5], "exact_match": em, "answer_rank": rank, "num_read": num_read}
         for i, (em, rank) in enumerate(outcomes)
     ]
     write_table(str(root / "predictions" / f"{dataset}.parquet"), rows, PREDICTIONS)
@@ -33,6 +35,43 @@ def test_runs_are_compared_question_by_question_against_the_first(tmp_path):
     assert second["reader_accuracy"] == 3 / 4 and second["em"] == 5 / 6
     assert second["em_low"] <= second["em"] <= second["em_high"]
     assert "| nq | b | 6 | 0.833 [" in comparison_markdown(found, [baseline, other])
+
+
+def test_retrieval_is_compared_question_by_question_and_exact_match_split_by_which_run_read_an_answer(tmp_path):
+    # three blocks read: the answer in the top 5 only with the second run for q2, only with the
+    # baseline for q3 and q4; read by both for q0 and q5 (the second right on q5 alone), only by
+    # the second for q1 (right), only by the baseline for q4 (right there)
+    baseline = _evaluated(tmp_path / "a", "nq", [(True, 0), (False, 3), (False, None), (False, 4), (True, 2), (False, 1)], 3)
+    other = _evaluated(tmp_path / "b", "nq", [(True, 0), (True, 1), (False, 4), (False, None), (False, None), (True, 2)], 3)
+    found = compare([baseline, other])
+
+    first, second = found["questions"]
+    assert first["recall_at_5_paired"] is None and first["answer_read"] is None
+    assert second["recall_at_5_paired"] == {
+        "only_this_right": 1, "only_baseline_right": 2, "p_value": mcnemar_exact_p_value(1, 2)
+    }
+    assert second["answer_read"] == {
+        "both": {"n": 2, "only_this_right": 1, "only_baseline_right": 0, "p_value": 1.0},
+        "only_this": {"n": 1, "right": 1},
+        "only_baseline": {"n": 1, "right": 1},
+    }
+    assert "| 1 / 2, p = 1 | (2) 1 / 0, p = 1 | 1 of 1 | 1 of 1 |" in comparison_markdown(found, [baseline, other])
+
+
+def test_runs_linking_one_masked_spans_directory_compare_only_their_predictions(tmp_path):
+    _pretrained(tmp_path / "pretrain", "held_out", [(1, True, False), (2, False, False)])
+    runs = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "masked_spans").symlink_to(tmp_path / "pretrain" / "masked_spans")
+        runs.append(str(tmp_path / name))
+    assert list(compare(runs)) == ["masked_spans"]  # nothing else to compare: the table is shown
+    for run in runs:
+        _evaluated(Path(run), "nq", [(True, 0), (False, 1)])
+    assert list(compare(runs)) == ["questions"]
+    own = _pretrained(tmp_path / "c", "held_out", [(1, True, False), (2, True, False)])
+    _evaluated(tmp_path / "c", "nq", [(True, 0), (True, 1)])
+    assert list(compare([runs[0], own])) == ["questions", "masked_spans"]  # two directories: both tables
 
 
 def test_runs_that_answered_other_questions_are_refused(tmp_path):
