@@ -109,6 +109,12 @@ class FinetuneTrainer(Trainer):
     ):
         """`extra_training`: questions trained on beside `examples` and never validated on (the
         corpus's cloze questions)."""
+        dense = not is_bm25_index(index_path)
+        if config.retriever_corpus_softmax is None:
+            # Recorded as it runs: a checkpoint then matches a rerun that names the setting and one that leaves it.
+            config = config.model_copy(update={"retriever_corpus_softmax": dense})
+        elif config.retriever_corpus_softmax and not dense:  # before any work: nothing would use it
+            raise ValueError("retriever_corpus_softmax needs a dense index: BM25 has no query tower to train")
         super().__init__(checkpoint_root, config, device, seed)
         self.validation = [e for e in examples if is_validation_question(e.question, config.validation_fraction)]
         self.training = [e for e in examples if not is_validation_question(e.question, config.validation_fraction)]
@@ -118,7 +124,6 @@ class FinetuneTrainer(Trainer):
         self.model_config = model_config
         self.tokenizer = model_config.tokenizer()
         self.blocks = BlockStore.from_parquet(blocks_path, with_text=True, with_entities=True)
-        dense = not is_bm25_index(index_path)
 
         # The checkpoints a fresh stage starts from: every checkpoint names them and its index as
         # used, so retention never removes them (`realm.model.publish`).
@@ -177,10 +182,7 @@ class FinetuneTrainer(Trainer):
             )
         self.holders: list[np.ndarray] | None = None
         self.retriever_only_rows = np.empty(0, dtype=np.int64)
-        corpus_softmax = dense if config.retriever_corpus_softmax is None else config.retriever_corpus_softmax
-        if corpus_softmax:
-            if not dense:
-                raise ValueError("retriever_corpus_softmax needs a dense index: BM25 has no query tower to train")
+        if config.retriever_corpus_softmax:
             self.holders = answer_holders(
                 self.tokenizer, self.blocks, self.retriever.index.block_ids, self.training, model_config.max_span_wordpieces
             )

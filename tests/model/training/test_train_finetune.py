@@ -184,6 +184,11 @@ def test_questions_without_an_answer_among_their_candidates_train_the_query_towe
         runs[corpus_softmax] = (trainer, trainer.run(logged.append), logged)
     trainer, result, logged = runs[None]
     _, baseline, baseline_logged = runs[False]
+    named = FinetuneTrainer(
+        examples, qa_corpus[0], distinct_vectors_index, None, str(tmp_path / "None"), tiny_config,
+        config.model_copy(update={"retriever_corpus_softmax": True}), CPU,
+    )
+    assert named.step == result["step"]  # recorded as it ran: naming the default resumes the default's checkpoint
 
     holders = answer_holders(trainer.tokenizer, blocks, index.block_ids, trainer.training, tiny_config.max_span_wordpieces)
     reachable = trainer.candidates.holds_answer.any(axis=1)
