@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from realm.model.qa.answer_metrics import answer_within
 from realm.schemas.run_layout import RunLayout
 
 
@@ -140,11 +141,11 @@ def _compare_questions(run_roots: list[str], tables: list[dict[str, list[dict]]]
 
 
 def _answer_read(prediction: dict) -> bool:
-    return prediction["answer_rank"] is not None and prediction["answer_rank"] < prediction["num_read"]
+    return answer_within(prediction["answer_rank"], prediction["num_read"])
 
 
 def _in_top_5(prediction: dict) -> bool:
-    return prediction["answer_rank"] is not None and prediction["answer_rank"] < 5
+    return answer_within(prediction["answer_rank"], 5)
 
 
 def _retrieval_split(predictions: list[dict], baseline: list[dict]) -> dict:

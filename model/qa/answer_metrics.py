@@ -47,6 +47,13 @@ def answer_in_text(text: str, answers: Iterable[str], answer_type: str = "text")
     return any(f" {normalize_answer(answer)} " in haystack for answer in answers if normalize_answer(answer))
 
 
+def answer_within(rank: int | None, k: int) -> bool:
+    """Whether the first block holding an answer, ranked `rank` (`answering.answer_rank`; None
+    when no retrieved block holds one), is among the top `k`: recall@k's hit, and with the
+    number of blocks read, whether the reader had an answer to read."""
+    return rank is not None and rank < k
+
+
 def _regex_search(pattern: str, text: str) -> bool:
     try:
         return re.search(pattern, text, flags=re.IGNORECASE | re.UNICODE) is not None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from realm.model.qa.answer_metrics import exact_match
+from realm.model.qa.answer_metrics import answer_within, exact_match
 from realm.model.qa.answering import answer_rank
 
 RECALL_AT = (1, 5, 20)
@@ -26,10 +26,10 @@ def score_predictions(examples, predictions, num_read: int) -> tuple[dict[str, d
         em = exact_match(prediction.answer, example.answers, example.answer_type)
         rank = answer_rank(prediction.evidence, example.answers, example.answer_type)
         hits[example.dataset]["em"].append(em)
-        if rank is not None and rank < num_read:
+        if answer_within(rank, num_read):
             hits[example.dataset]["reader_accuracy"].append(em)
         for k in RECALL_AT:
-            hits[example.dataset][f"recall_at_{k}"].append(rank is not None and rank < k)
+            hits[example.dataset][f"recall_at_{k}"].append(answer_within(rank, k))
         rows[example.dataset].append(
             {
                 "dataset": example.dataset,
