@@ -55,6 +55,10 @@ PretrainParams = PretrainConfig
 ReaderWarmupParams = ReaderWarmupConfig
 
 
+# Settings that act through the query tower: a BM25 run has none, so they would do nothing there.
+DENSE_ONLY_SETTINGS = ("bm25_candidates", "retrieve_every_step", "retriever_corpus_softmax")
+
+
 class FinetuneParams(FinetuneConfig):
     """The fine-tuning settings (`FinetuneConfig`) plus what the flow reads them from."""
 
@@ -71,15 +75,21 @@ class FinetuneParams(FinetuneConfig):
 
     @model_validator(mode="after")
     def _dense_settings_need_the_dense_retriever(self) -> FinetuneParams:
-        # A BM25 run reads BM25's candidates and has no query tower: these would do nothing.
-        dense_only = [
-            name for name in ("bm25_candidates", "retrieve_every_step", "retriever_corpus_softmax") if getattr(self, name)
-        ]
+        dense_only = [name for name in DENSE_ONLY_SETTINGS if getattr(self, name)]
         if self.retriever == "bm25" and dense_only:
             verb, they = ("needs", "it") if len(dense_only) == 1 else ("need", "they")
             names = " and ".join([", ".join(dense_only[:-1]), dense_only[-1]] if len(dense_only) > 1 else dense_only)
             raise ValueError(f"{names} {verb} retriever 'dense'; with 'bm25' {they} would do nothing")
         return self
+
+    def for_retriever(self, retriever: Literal["dense", "bm25"], **updates) -> tuple[FinetuneParams, list[str]]:
+        """These settings with `updates` for a run over `retriever`, validated as a form is, and
+        the names of the dense-only settings turned back to their defaults for a BM25 run: one
+        set of settings for every row of a comparison, each row taking what applies to it."""
+        values = self.model_dump() | updates | {"retriever": retriever}
+        dropped = [name for name in DENSE_ONLY_SETTINGS if values[name]] if retriever == "bm25" else []
+        values |= {name: type(self).model_fields[name].default for name in dropped}
+        return type(self).model_validate(values), dropped
 
 
 class EvaluateParams(BaseModel):

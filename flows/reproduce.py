@@ -119,9 +119,11 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
         reader_init = source["checkpoint"] if spec.reader == "pretrain" else WARM_START
         zero_shot = zero_shot_recall(run.output, run.model_preset, eval_files, index_path, query_checkpoint, run.device)
 
-        finetune_params = stages.finetune.model_copy(
-            update={"qa_train": [train_file], "retriever": "bm25" if spec.retriever == "bm25" else "dense"}
+        finetune_params, dropped = stages.finetune.for_retriever(
+            "bm25" if spec.retriever == "bm25" else "dense", qa_train=[train_file]
         )
+        if dropped:
+            logger.info("%s: %s left at the default, acting through a query tower BM25 lacks", name, ", ".join(dropped))
         with timer(f"finetune_{name}"):
             finetuned = finetune_openqa(run, finetune_params, init_checkpoint=query_checkpoint,
                                         index_path=index_path, reader_init=reader_init)

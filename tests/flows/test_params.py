@@ -47,6 +47,22 @@ def test_the_corpus_early_update_left_at_its_default_is_off_for_bm25_without_a_w
     assert with_overrides(FinetuneParams(), ["retriever=bm25", "retriever_corpus_softmax=false"]).retriever == "bm25"
 
 
+def test_one_set_of_settings_serves_a_bm25_row_with_its_dense_only_settings_back_at_their_defaults():
+    """What `realm reproduce` gives each row: the dense rows keep every setting, the BM25 row
+    has the ones that act through a query tower turned back (and says which), and both are
+    validated, so a bad update fails there instead of inside a trainer."""
+    shared = FinetuneParams(bm25_candidates=20, retriever_corpus_softmax=True, epochs=2)
+    dense, dropped = shared.for_retriever("dense", qa_train=["train.jsonl"])
+    assert (dense.retriever, dense.bm25_candidates, dense.retriever_corpus_softmax, dense.epochs) == ("dense", 20, True, 2)
+    assert dense.qa_train == ["train.jsonl"] and dropped == []
+    bm25, dropped = shared.for_retriever("bm25", qa_train=["train.jsonl"])
+    assert (bm25.retriever, bm25.bm25_candidates, bm25.retriever_corpus_softmax, bm25.epochs) == ("bm25", 0, None, 2)
+    assert dropped == ["bm25_candidates", "retriever_corpus_softmax"]
+    assert FinetuneParams().for_retriever("bm25")[1] == []
+    with pytest.raises(ValueError, match="num_read <= num_candidates"):
+        shared.for_retriever("dense", num_candidates=3)
+
+
 def test_both_dense_only_settings_with_the_bm25_retriever_are_named_in_one_line():
     with pytest.raises(SystemExit, match="^--param: bm25_candidates and retrieve_every_step need retriever 'dense'; with "
                        "'bm25' they would do nothing$"):
