@@ -38,7 +38,8 @@ class ModelConfig:
     `retrieval_scale`: None scores blocks by the inner product of the towers' projections
     (REALM's f(x,z)); a number s scales each projection to length √s, so f(x,z) = s · cos.
     `answer_pointer`: the reader's questions end in an answer slot that points at the span
-    (`realm.model.networks.answer_pointer`).
+    (`realm.model.networks.answer_pointer`). `block_relevance`: the reader scores each block
+    as a whole from its [CLS] state, added to every span of the block (`Reader`).
     """
 
     model_dir: str | None
@@ -52,6 +53,7 @@ class ModelConfig:
     span_hidden_size: int = 256
     max_span_wordpieces: int = 10
     answer_pointer: bool = False
+    block_relevance: bool = False
     # Shape of a randomly initialised BERT (ignored when warm-starting from model_dir).
     hidden_size: int = 128
     num_attention_heads: int = 2
@@ -95,6 +97,7 @@ class ModelConfig:
         config.span_hidden_size = self.span_hidden_size
         config.max_span_wordpieces = self.max_span_wordpieces
         config.answer_pointer = self.answer_pointer
+        config.block_relevance = self.block_relevance
         return config
 
     def tokenizer(self) -> WordPieceTokenizer:

@@ -13,7 +13,8 @@ character offsets (`span_text`), not detokenized wordpieces. The block's words t
 question also says are marked in the input (`realm.model.networks.question_match`), and so
 are the named entities' types (`realm.model.networks.entity_types`). A reader built with
 `answer_pointer` reads `[CLS] q [MASK] [SEP] z_body [SEP]` and adds the slot's pointer scores
-to each span's (`realm.model.networks.answer_pointer`).
+to each span's (`realm.model.networks.answer_pointer`). A reader built with `block_relevance`
+adds a score of the whole block, read from its [CLS] state, to each of the block's spans.
 """
 
 from __future__ import annotations
@@ -142,7 +143,12 @@ class Reader(BertPreTrainedModel):
     once per position (one projection split in two halves) and summed per span, as ORQA does,
     instead of once per span; then ReLU, LayerNorm and a linear map to the score. With
     `config.answer_pointer` (a checkpoint saved before it reads without), the answer slot's
-    start and end pointer scores are added (`realm.model.networks.answer_pointer`).
+    start and end pointer scores are added (`realm.model.networks.answer_pointer`). With
+    `config.block_relevance`, a linear map of the [CLS] state scores the block as a whole and
+    is added to each of its spans (DPR's passage selector, trained here through the same joint
+    softmax): the span MLP's LayerNorm keeps each span's score in a bounded range, so without
+    it a block's relevance to the question reaches the scores only through every span's own
+    start and end states. It starts at zero, so a warm start reads as before.
     """
 
     def __init__(self, config: BertConfig):
@@ -155,20 +161,25 @@ class Reader(BertPreTrainedModel):
         self.entity_type = nn.Embedding(NUM_ENTITY_TYPES, config.hidden_size, padding_idx=0)  # row 0: no entity
         pointing = getattr(config, "answer_pointer", False)
         self.answer_pointer = AnswerPointer(config.hidden_size) if pointing else None
+        relevance = getattr(config, "block_relevance", False)
+        # No bias: one constant added to every span of every read block cancels in the softmax.
+        self.block_relevance = nn.Linear(config.hidden_size, 1, bias=False) if relevance else None
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
         if module is getattr(self, "question_match", None) or module is getattr(self, "entity_type", None):
             nn.init.zeros_(module.weight)
+        if module is getattr(self, "block_relevance", None):
+            nn.init.zeros_(module.weight)
 
     def fresh_modules(self) -> list[nn.Module]:
         """The span MLP and the question-match and entity-type vectors, which no warm start
         holds (but the question-match vector of a pre-training that marked the masked
-        sentence's words), and the answer pointer (but a copy head's, `AnswerPointer.start_from`);
-        fine-tuning gives them their own learning rate."""
-        pointer = [] if self.answer_pointer is None else [self.answer_pointer]
-        return [self.span_projection, self.span_norm, self.span_output, self.question_match, self.entity_type, *pointer]
+        sentence's words), the answer pointer (but a copy head's, `AnswerPointer.start_from`) and
+        the block relevance score; fine-tuning gives them their own learning rate."""
+        extra = [module for module in (self.answer_pointer, self.block_relevance) if module is not None]
+        return [self.span_projection, self.span_norm, self.span_output, self.question_match, self.entity_type, *extra]
 
     @property
     def reads_answer_slot(self) -> bool:
@@ -192,6 +203,8 @@ class Reader(BertPreTrainedModel):
             if self.answer_pointer is not None:
                 start, end = self.answer_pointer(hidden, answer_slots(joint))  # [n, length] x2
                 logits = logits + _span_sums(start[..., None], end[..., None], spans).squeeze(-1)
+            if self.block_relevance is not None:
+                logits = logits + self.block_relevance(hidden[:, 0])  # [n, 1]: the same for every span of a block
         return mask_log_scores(logits, spans.valid)
 
 

@@ -35,6 +35,7 @@ def initial_components(
     with_query_embedder: bool = True,
     reader_dropout: float | None = None,
     answer_pointer: bool = False,
+    block_relevance: bool = False,
 ) -> dict[str, PreTrainedModel]:
     """reader (and query_embedder when `with_query_embedder`) of a fresh run (module
     docstring): a `reader_init` holding a reader (a warm-up's) gives the whole reader, span MLP
@@ -42,8 +43,9 @@ def initial_components(
     a fresh span MLP. The reader's hidden states drop out at `reader_dropout` (None: the
     preset's dropout); its saved config keeps that rate, so a resumed run trains with it too.
     `answer_pointer`: the reader points from an answer slot, started from the encoder's copy
-    head (a warm-up's reader must have one already)."""
-    reader_config = dataclasses.replace(model_config, answer_pointer=answer_pointer)
+    head (a warm-up's reader must have one already). `block_relevance`: the reader scores each
+    block as a whole (`Reader`), from zero; a warm-up's reader must have it already."""
+    reader_config = dataclasses.replace(model_config, answer_pointer=answer_pointer, block_relevance=block_relevance)
     if reader_dropout is not None:
         reader_config = dataclasses.replace(reader_config, hidden_dropout=reader_dropout)
     components: dict[str, PreTrainedModel] = {"reader": build_reader(reader_config)}

@@ -228,3 +228,39 @@ def test_inputs_without_entity_types_for_every_body_wordpiece_are_refused(tiny_c
     joint, spans = reader_inputs(tokenizer, [(question, body)], untyped([body]))
     with pytest.raises(ValueError, match="entity types"):
         build_reader(tiny_config).span_logits(dataclasses.replace(joint, entity_types=None), spans)
+
+
+def test_block_relevance_starts_at_zero_and_shifts_every_span_of_a_block_by_its_cls_score(tiny_config, tokenizer):
+    """A reader built with `block_relevance` reads as one without it (same weights otherwise)
+    until its score moves; it is a fresh module with a gradient from the joint loss; once
+    non-zero, each row's valid spans all move by w · h_[CLS], and invalid spans stay masked."""
+    torch.manual_seed(0)
+    plain = build_reader(tiny_config).eval()
+    scored = build_reader(dataclasses.replace(tiny_config, block_relevance=True)).eval()
+    assert plain.block_relevance is None and scored.config.block_relevance
+    missing, unexpected = scored.load_state_dict(plain.state_dict(), strict=False)
+    assert missing == ["block_relevance.weight"] and not unexpected
+    question = tokenizer.encode("who wrote the first algorithm")
+    bodies = [tokenizer.encode(t) for t in ("ada lovelace wrote it for the engine", "the nile")]
+    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies], untyped(bodies))
+    logits = scored.span_logits(joint, spans)
+    assert torch.equal(logits.detach(), plain.span_logits(joint, spans).detach())
+    assert scored.block_relevance in scored.fresh_modules()
+
+    gold = spans.gold_mask([find_gold_spans(tokenizer, bodies[0], ["Ada Lovelace"]), []])
+    joint_logits = joint_span_logits(logits[None], torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool))
+    joint_reader_loss(joint_logits, gold.view(1, -1))[0].sum().backward()
+    assert scored.block_relevance.weight.grad.abs().sum() > 0
+
+    with torch.no_grad():
+        scored.block_relevance.weight.normal_()
+        changed = scored.span_logits(joint, spans)
+        cls = scored.bert(input_ids=joint.input_ids, attention_mask=joint.attention_mask,
+                          token_type_ids=joint.token_type_ids).last_hidden_state[:, 0]
+    expected = cls @ scored.block_relevance.weight[0]  # [2]: one score per block
+    valid = spans.valid
+    for row in range(2):
+        shift = changed[row][valid[row]] - logits[row][valid[row]].detach()
+        assert torch.allclose(shift, expected[row].expand_as(shift), atol=1e-4)
+    assert (changed[~valid] == LOG_ZERO).all()
+    assert not torch.isclose(expected[0], expected[1])

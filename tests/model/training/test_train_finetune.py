@@ -596,3 +596,19 @@ def test_an_answer_pointer_starts_from_the_pretrained_copy_head_trains_and_answe
     prediction = answerer.answer([EXAMPLES[0].question], num_read=3)[0]
     read_from = next(e for e in prediction.evidence if e.block_id == prediction.block_id)
     assert prediction.answer and read_from.text[slice(*prediction.answer_offsets)] == prediction.answer
+
+
+def test_block_relevance_trains_from_zero_and_answers_from_its_checkpoint(qa_corpus, tmp_path, tiny_config):
+    relevance = CONFIG.model_copy(update={"block_relevance": True, "epochs": 2})
+    trained, logged = _train(qa_corpus, tmp_path / "trained", tiny_config, relevance)
+    assert all(math.isfinite(m["reader_loss"]) for m in logged)
+    reader = load_components(trained["checkpoint"])["reader"]
+    assert reader.config.block_relevance  # saved with it, so answering scores blocks too
+    assert reader.block_relevance.weight.abs().sum() > 0
+    answerer = Answerer.from_checkpoint(trained["checkpoint"], qa_corpus[1], qa_corpus[0], tiny_config, CPU)
+    prediction = answerer.answer([EXAMPLES[0].question], num_read=3)[0]
+    read_from = next(e for e in prediction.evidence if e.block_id == prediction.block_id)
+    assert prediction.answer and read_from.text[slice(*prediction.answer_offsets)] == prediction.answer
+
+    plain, _ = _train(qa_corpus, tmp_path / "plain", tiny_config, CONFIG.model_copy(update={"epochs": 2}))
+    assert load_components(plain["checkpoint"])["reader"].block_relevance is None
