@@ -57,6 +57,8 @@ ReaderWarmupParams = ReaderWarmupConfig
 
 # Settings that act through the query tower: a BM25 run has none, so they would do nothing there.
 DENSE_ONLY_SETTINGS = ("bm25_candidates", "retrieve_every_step", "retriever_corpus_softmax")
+# Settings that give the reader modules of its own: a reader saved with one set loads only into the same.
+READER_MODULE_SETTINGS = ("answer_pointer", "block_relevance")
 
 
 class FinetuneParams(FinetuneConfig):
@@ -88,7 +90,7 @@ class FinetuneParams(FinetuneConfig):
         set of settings for every row of a comparison, each row taking what applies to it."""
         values = self.model_dump() | updates | {"retriever": retriever}
         dropped = [name for name in DENSE_ONLY_SETTINGS if values[name]] if retriever == "bm25" else []
-        values |= {name: type(self).model_fields[name].default for name in dropped}
+        values |= {name: type(self).model_fields[name].get_default(call_default_factory=True) for name in dropped}
         return type(self).model_validate(values), dropped
 
 
@@ -108,6 +110,19 @@ class PipelineParams(BaseModel):
     warmup: ReaderWarmupParams = Field(default_factory=ReaderWarmupParams)
     finetune: FinetuneParams = Field(default_factory=FinetuneParams)
     evaluate: EvaluateParams = Field(default_factory=EvaluateParams)
+
+    @model_validator(mode="after")
+    def _warmed_up_reader_fits_fine_tuning(self) -> PipelineParams:
+        # Fine-tuning starts from the warm-up's whole reader, loaded as it was saved: refused
+        # here, not after the warm-up has run.
+        if self.warmup.questions:
+            differ = [name for name in READER_MODULE_SETTINGS if getattr(self.warmup, name) != getattr(self.finetune, name)]
+            if differ:
+                raise ValueError(
+                    f"warmup and finetune set {' and '.join(differ)} differently; fine-tuning starts from the "
+                    "warm-up's reader, so they must agree (or warmup.questions = 0)"
+                )
+        return self
 
     @classmethod
     def preset(cls, name: RunPreset, output: str | None = None) -> PipelineParams:

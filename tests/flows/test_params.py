@@ -71,3 +71,13 @@ def test_both_dense_only_settings_with_the_bm25_retriever_are_named_in_one_line(
         with_overrides(
             FinetuneParams(), ["retriever=bm25", "bm25_candidates=20", "retrieve_every_step=true", "retriever_corpus_softmax=true"]
         )
+
+
+def test_a_warm_up_and_a_fine_tuning_that_build_different_readers_are_refused_before_any_work():
+    with pytest.raises(ValueError, match="warmup and finetune set block_relevance differently; fine-tuning starts from"):
+        PipelineParams(warmup=ReaderWarmupParams(questions=100), finetune=FinetuneParams(block_relevance=True))
+    with pytest.raises(ValueError, match="set answer_pointer and block_relevance differently"):
+        PipelineParams(warmup=ReaderWarmupParams(questions=100, answer_pointer=True, block_relevance=True))
+    assert PipelineParams(warmup=ReaderWarmupParams(questions=0), finetune=FinetuneParams(block_relevance=True))
+    both = PipelineParams(warmup=ReaderWarmupParams(questions=100, block_relevance=True), finetune=FinetuneParams(block_relevance=True))
+    assert both.finetune.block_relevance and both.warmup.block_relevance

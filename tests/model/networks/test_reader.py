@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from realm.model.networks.entity_types import ENTITY_TYPE_IDS
-from realm.model.networks.inputs import padded_length
+from realm.model.networks.inputs import hidden_states_with_added_embeddings, padded_length
 from realm.model.networks.marginal import LOG_ZERO
 from realm.model.networks.reader import (
     best_span,
@@ -255,8 +255,9 @@ def test_block_relevance_starts_at_zero_and_shifts_every_span_of_a_block_by_its_
     with torch.no_grad():
         scored.block_relevance.weight.normal_()
         changed = scored.span_logits(joint, spans)
-        cls = scored.bert(input_ids=joint.input_ids, attention_mask=joint.attention_mask,
-                          token_type_ids=joint.token_type_ids).last_hidden_state[:, 0]
+        cls = hidden_states_with_added_embeddings(
+            scored.bert, joint, scored.question_match(joint.question_match), scored.entity_type(joint.entity_types)
+        )[:, 0]
     expected = cls @ scored.block_relevance.weight[0]  # [2]: one score per block
     valid = spans.valid
     for row in range(2):

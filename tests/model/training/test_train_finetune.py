@@ -609,6 +609,3 @@ def test_block_relevance_trains_from_zero_and_answers_from_its_checkpoint(qa_cor
     prediction = answerer.answer([EXAMPLES[0].question], num_read=3)[0]
     read_from = next(e for e in prediction.evidence if e.block_id == prediction.block_id)
     assert prediction.answer and read_from.text[slice(*prediction.answer_offsets)] == prediction.answer
-
-    plain, _ = _train(qa_corpus, tmp_path / "plain", tiny_config, CONFIG.model_copy(update={"epochs": 2}))
-    assert load_components(plain["checkpoint"])["reader"].block_relevance is None
