@@ -168,9 +168,8 @@ class Reader(BertPreTrainedModel):
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
-        if module is getattr(self, "question_match", None) or module is getattr(self, "entity_type", None):
-            nn.init.zeros_(module.weight)
-        if module is getattr(self, "block_relevance", None):
+        # Added features start at zero, so a warm start reads as it did.
+        if any(module is getattr(self, name, None) for name in ("question_match", "entity_type", "block_relevance")):
             nn.init.zeros_(module.weight)
 
     def fresh_modules(self) -> list[nn.Module]:
