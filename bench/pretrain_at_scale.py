@@ -3,7 +3,7 @@
 Target 3 of the quality issue asks whether retrieval helps the masked LM (held-out masked-span
 accuracy with retrieval against the null document alone) and whether fine-tuning from REALM's
 pre-trained encoder and query tower beats fine-tuning from their start (ORQA). On the 2-core
-CPU pre-training gets ~1,000 steps of batch 8 (README); this script spends a wall-clock budget
+CPU pre-training gets ~1,000 steps of batch 8 (docs/measurements.md); this script spends a wall-clock budget
 on a CUDA machine instead, with the `gpu` run preset's lengths (queries 96, blocks 288
 wordpieces) and batch, the retriever frozen for the first half as the stage's default:
 

@@ -1,6 +1,6 @@
 """Typed parameters of every flow: pydantic models, so the Prefect UI renders them as forms.
 
-Defaults are the `default` run preset, the best recipe measured on a 2-core CPU (README):
+Defaults are the `default` run preset, the best recipe measured on a 2-core CPU (docs/measurements.md):
 the full vital corpus through the chain in under an hour with the 6-layer local MiniLM BERT
 (model preset `default`: bf16, no dropout; design §5b); retriever towers that start as the
 whole MiniLM sentence encoder (mean-pooled, PCA projection, no ICT steps); no pre-training
@@ -11,7 +11,7 @@ CuratedTrec training questions; evaluation on the demo set and the shipped held-
 in a few minutes on a few hundred blocks with a randomly initialised 2-layer model: it
 proves the plumbing, not the science. `gpu` is the full-size setting for a CUDA machine: the
 6-layer warm start, the paper's 96/288-wordpiece queries and blocks, ten times the steps, and
-each pre-training step's 256 joint sequences in one forward (README, "Five times the
+each pre-training step's 256 joint sequences in one forward (docs/measurements.md, "Five times the
 pre-training, on a rented H100": 0.15 s a step, 6.3x micro-batches of 16 on the same card).
 """
 
@@ -135,7 +135,7 @@ class PipelineParams(BaseModel):
 def _default() -> PipelineParams:
     """The main job within an hour on a 2-core CPU: the 6-layer model, no pre-training steps
     (the stage still builds the index and publishes the starting encoder) and no reader
-    warm-up. Measured (README): the 6-layer reader beats the 2-layer one that 1,000
+    warm-up. Measured (docs/measurements.md): the 6-layer reader beats the 2-layer one that 1,000
     pre-training steps of the `fast` preset would leave time for, and a 6-layer pre-training
     step costs ~4.5 s, so the minutes go to fine-tuning; the cloze warm-up (6,000 questions,
     ~14 min) did not raise exact match on the dev sets (mean 0.147 with it, 0.175 without,
@@ -166,7 +166,7 @@ def _gpu() -> PipelineParams:
     return PipelineParams(
         run=RunParams(model_preset="default"),
         ict=IctParams(steps=3000, batch_size=128, warmup_steps=300, checkpoint_every=500, **lengths),
-        # The retriever trains in the second half: measured over 1,276 steps on an H100 (README),
+        # The retriever trains in the second half: measured over 1,276 steps on an H100 (docs/measurements.md),
         # p(z|x) kept 1.7-2.0 nats of entropy (ln 8 = 2.08) and p(null) stayed under 0.07.
         pretrain=PretrainParams(steps=3000, batch_size=32, warmup_steps=300, checkpoint_every=250, refresh_every=250,
                                 heldout_examples=1024, retriever_frozen_steps=1500, micro_batch=256, **lengths),

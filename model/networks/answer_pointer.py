@@ -4,7 +4,7 @@ selection, Ram et al. 2021), added to the span MLP's score.
 
 Why: REALM's pre-training with `copy_from_block` trains exactly such a pointer, from a masked
 slot of the sentence to the block wordpiece it copies (`realm.model.networks.block_copy`), and a
-reader that drops it starts its span head from scratch: measured (README, "Copying from the
+reader that drops it starts its span head from scratch: measured (docs/measurements.md, "Copying from the
 block"), an encoder that copies in pre-training then hands fine-tuning no better reader.
 Splinter found the same in few-shot QA: the pre-trained pointer is what transfers. Both the
 start and the end pointer start from the copy head's query and key maps

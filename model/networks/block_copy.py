@@ -2,7 +2,7 @@
 mixed into the MLM head's vocabulary distribution (See et al. 2017's pointer-generator).
 
 REALM's encoder has to learn that a masked span it cannot guess sits in the block it reads,
-and copy it out through attention into the tied vocabulary decoder. Measured here (README,
+and copy it out through attention into the tied vocabulary decoder. Measured here (docs/measurements.md,
 "Retrieval that helps the masked LM"), a 6-layer encoder with a fresh head does not learn that
 in 1,000 steps of batch 8 nor in 1,276 of batch 32: reading the block that holds the span adds
 only 0.03-0.04 to held-out masked-span accuracy. The pointer gives copying its own path, which
@@ -12,7 +12,7 @@ is also the reader's job in fine-tuning (pointing at a span of the block):
 
 q_i from the masked slot's hidden state, k_j from each body wordpiece's, λ = σ(g · h_i + b) per
 slot. The null document has no body, so it reads p_vocab alone (λ = 1): what it cannot copy is
-exactly what retrieval adds. Measured with it (README, "Copying from the block"): the encoder
+exactly what retrieval adds. Measured with it (docs/measurements.md, "Copying from the block"): the encoder
 reads right 0.52 of the held-out spans its block holds (0.34 without), and retrieval's margin
 over the null document reached +0.064, mostly by the null document scoring lower.
 """

@@ -5,7 +5,7 @@ vital corpus: 29% of them are held by more than 30 other blocks: years, countrie
 examples whose span a retrieved block holds teach little copying, and retrieval adds little
 to masked-span accuracy. Masking instead a salient span that 1 to `max_blocks` blocks other
 than the sentence's own hold verbatim makes the span hard to guess and possible to read: the
-idea behind salient-span masking, taken one step further. Measured (README, "A copy-friendly
+idea behind salient-span masking, taken one step further. Measured (docs/measurements.md, "A copy-friendly
 target"): the query tower learned to find such blocks, the encoder did not learn to copy, so
 `PretrainConfig.copy_span_max_blocks` is off by default. Holders are counted in Python, ~3 s
 for the vital corpus's 10k blocks: sized for corpora of that order, not for Wikipedia's 13M.

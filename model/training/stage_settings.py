@@ -21,7 +21,7 @@ CPU_QUERY_WORDPIECES = 64
 CPU_BLOCK_WORDPIECES = 128
 # Sequences per encoder / doc-tower forward in pre-training. On the CPU, length-sorted groups
 # of 16 pad little and keep each forward's activations in cache; a GPU wants fewer, larger
-# launches (the `gpu` preset's value is measured in README "Five times the pre-training, on a
+# launches (the `gpu` preset's value is measured in docs/measurements.md, "Five times the pre-training, on a
 # rented H100").
 CPU_MICRO_BATCH = 16
 
@@ -42,7 +42,7 @@ class RetentionConfig(BaseModel):
 class IctConfig(RetentionConfig):
     """Inverse Cloze Task warm start of both retriever towers (in-batch negatives)."""
 
-    # 0: publish the sentence-encoder start untrained. Measured (README): held-out ICT top-1
+    # 0: publish the sentence-encoder start untrained. Measured (docs/measurements.md): held-out ICT top-1
     # among 512 contexts 0.668, where 300 ICT steps on 2 [CLS]-pooled layers reach 0.105.
     steps: int = Field(0, ge=0)
     batch_size: int = Field(32, ge=1)
@@ -60,7 +60,7 @@ class IctConfig(RetentionConfig):
     projection_init: Literal["random", "pca"] = Field(
         "pca", description="pca: the 128-d projection from the principal directions of pooled contexts"
     )
-    # Measured on four seeds from the default start (README): held-out ICT top-1 0.645 -> 0.809,
+    # Measured on four seeds from the default start (docs/measurements.md): held-out ICT top-1 0.645 -> 0.809,
     # and after fine-tuning the three dev sets' mean EM higher on every seed.
     tower_scale: float | None = Field(
         20.0, gt=0, description="None: blocks scored by the inner product of the towers' projections (REALM's); "
@@ -76,7 +76,7 @@ class PretrainConfig(RetentionConfig):
     head, so the head starts from scratch and a few hundred steps at REALM's 3e-5 (for batch
     512 over 200k steps from a trained head) leave it near chance. The head's transform and
     bias learn at `mlm_head_learning_rate`, 10x that: measured with the 6-layer encoder over
-    1,000 steps (README), one rate for all left the loss flat and masked-span accuracy at 0.046
+    1,000 steps (docs/measurements.md), one rate for all left the loss flat and masked-span accuracy at 0.046
     on held-out salient spans; the head's own rate (with only salient-span sentences, see
     `salient_examples`) reached 0.079 and a falling loss. `cached_doc_embeddings`:
     candidates' vectors come from the index and the doc tower is frozen (design §5b
@@ -90,7 +90,7 @@ class PretrainConfig(RetentionConfig):
     Frozen first, the encoder learns to read against the warm-start retriever before the
     retriever learns from the encoder. When it unfreezes, the towers learn at
     `retriever_learning_rate`, rising from 0 over `retriever_warmup_steps`: measured with the
-    6-layer encoder (README), the query tower trained from step 500 of 1,000 at 3e-5 with a
+    6-layer encoder (docs/measurements.md), the query tower trained from step 500 of 1,000 at 3e-5 with a
     100-step warm-up raised span coverage on 4,096 never-trained-on examples from 0.250 to
     0.322 without collapsing p(z|x), where a full-rate unfreeze (2-layer encoder) lost coverage.
     """
@@ -117,18 +117,18 @@ class PretrainConfig(RetentionConfig):
     micro_batch: int = Field(
         CPU_MICRO_BATCH, ge=1, description="joint and block sequences per encoder / doc-tower forward, grouped by length"
     )
-    # Measured (README): a retriever trained jointly from the start loses the span coverage of
+    # Measured (docs/measurements.md): a retriever trained jointly from the start loses the span coverage of
     # its start within ~200 steps, before the fresh MLM head can read; frozen, it helps.
     cached_doc_embeddings: bool = Field(True, description="candidate vectors from the index, doc tower frozen")
     random_spans: bool = Field(False, description="ablation: mask random spans instead of salient spans")
-    # Measured off (README): the 6-layer encoder then gets 49% of the spans it reads right, but
+    # Measured off (docs/measurements.md): the 6-layer encoder then gets 49% of the spans it reads right, but
     # spans another block holds are frequent ones its prior guesses as well (held out: 440
     # right with retrieval, 413 with the null document alone, of 1,084).
     reachable_spans_only: bool = Field(
         False, description="read and train on only the batch's examples whose masked span a retrieved block holds "
         "verbatim, as fine-tuning trains only questions whose answer is among the blocks read"
     )
-    # Measured off (README, "A copy-friendly target"): with N = 5 and `reachable_spans_only` the
+    # Measured off (docs/measurements.md, "A copy-friendly target"): with N = 5 and `reachable_spans_only` the
     # query tower learned to find the block holding the span (0.147 -> 0.335 of examples), but
     # the encoder recalled its training sentences' spans instead of copying held-out ones:
     # retrieval's margin stayed +0.007 (0.041 vs 0.034 on 4,096 held out).
@@ -137,7 +137,7 @@ class PretrainConfig(RetentionConfig):
         "than the sentence's own (the fewest), and pre-train and evaluate on only the examples with one "
         "(`realm.model.training.copy_spans`); None: the seeded span"
     )
-    # Measured off (README, "The masked sentence's words marked in pre-training"): from the
+    # Measured off (docs/measurements.md, "The masked sentence's words marked in pre-training"): from the
     # 20 x cosine start the vector grew, but retrieval's margin stayed +0.013 (+0.014 unmarked)
     # and the encoder copied no more (right reading the block holding the span: 496 vs 499).
     mark_sentence_words: bool = Field(
@@ -145,7 +145,7 @@ class PretrainConfig(RetentionConfig):
         "the encoder adds (at mlm_head_learning_rate) and fine-tuning hands to the reader, which flags the "
         "question's words the same way"
     )
-    # Measured (README, "Copying from the block"): the encoder then copies (right for 0.52 of the
+    # Measured (docs/measurements.md, "Copying from the block"): the encoder then copies (right for 0.52 of the
     # held-out spans that the block it reads holds, 0.34 without), and retrieval's margin over the
     # null document is +0.064 on the CPU and +0.066 on an H200 (target 3's +0.05), mostly from the
     # null document falling; off by default because fine-tuning from it did not gain.
@@ -153,19 +153,19 @@ class PretrainConfig(RetentionConfig):
         False, description="mix a pointer over the read block's wordpieces into the MLM head's distribution "
         "(`realm.model.networks.block_copy`; the null document cannot copy), learned at mlm_head_learning_rate"
     )
-    # Half the default steps: measured (README), the 6-layer encoder's head reads by then and
+    # Half the default steps: measured (docs/measurements.md), the 6-layer encoder's head reads by then and
     # the query tower trained from there raised span coverage without collapsing p(z|x).
     retriever_frozen_steps: int = Field(
         500, ge=0, description="no gradient into either retriever tower before this step, while the fresh MLM head learns to read"
     )
     # REALM's own rate; the body's 1e-4 is for the fresh MLM head's sake. 1e-4 here too was
-    # measured (README, "the query tower at the body's rate"): the block holding the span ranked
+    # measured (docs/measurements.md, "the query tower at the body's rate"): the block holding the span ranked
     # no better, and 35 examples right only with it against 46 only with 3e-5 (p = 0.27).
     retriever_learning_rate: float = Field(3e-5, gt=0, description="peak rate of the retriever towers")
     # Not REALM's: the distant supervision ORQA and DPR fine-tune with (the answer string in the
     # block), applied to the masked span, which the query never shows. Where a retrieved block
     # holds the span, the block that could be copied from is often ranked below others that
-    # cannot (README, "Where the holder's reading is lost"). Measured off (README, "the retriever
+    # cannot (docs/measurements.md, "Where the holder's reading is lost"). Measured off (docs/measurements.md, "the retriever
     # supervised by the blocks that hold the span"): at 1.0 a holder ranked first for 820 of 4,096
     # against 748, and 415 right with retrieval against 420 (32 / 37, p = 0.63).
     holder_retrieval_weight: float = Field(
@@ -211,12 +211,12 @@ class FinetuneConfig(RetentionConfig):
         None, ge=0, lt=1, description="hidden-state dropout of the reader while it trains (None: the model preset's)"
     )
     # Measured from one start on this CPU: the three dev sets' mean EM 0.190 against 0.179; its
-    # longer horizon since, on two seeds: 0.206 / 0.145 against 0.188 / 0.140 (README).
+    # longer horizon since, on two seeds: 0.206 / 0.145 against 0.188 / 0.140 (docs/measurements.md).
     average_weights: bool = Field(
         True, description="validate and publish a moving average of the steps' weights, leaning to the later ones, "
         "instead of the last step's (realm.model.training.weight_average)",
     )
-    # Measured off (README, "The copy head kept as the reader's answer pointer"): started from the
+    # Measured off (docs/measurements.md, "The copy head kept as the reader's answer pointer"): started from the
     # copy head's pre-training, the three dev sets' mean 0.166 / 0.141 against ORQA's 0.193 / 0.170
     # on two seeds; trained fresh, it cost ORQA (5 / 8 on the CPU, 2 / 11 on an H200).
     answer_pointer: bool = Field(
@@ -224,7 +224,7 @@ class FinetuneConfig(RetentionConfig):
         "from the pre-trained encoder's copy head where it has one (realm.model.networks.answer_pointer) and "
         "trained at span_head_learning_rate",
     )
-    # Measured off (README, "a score of the whole block"): the three dev sets' mean 0.175 against
+    # Measured off (docs/measurements.md, "a score of the whole block"): the three dev sets' mean 0.175 against
     # 0.182 over two seeds, 4 / 4 questions right only with / without it.
     block_relevance: bool = Field(
         False, description="the reader scores each read block as a whole from its [CLS] state (a linear map from zero, "
@@ -244,7 +244,7 @@ class FinetuneConfig(RetentionConfig):
     validation_fraction: float = Field(
         0.05, ge=0, lt=1, description="questions held out by hash and answered at each checkpoint to pick the best"
     )
-    # Measured on two seeds (README, "The query tower trained over the whole corpus"): the answer
+    # Measured on two seeds (docs/measurements.md, "The query tower trained over the whole corpus"): the answer
     # in the top 5 for 43 dev questions only with it, 17 only without (p = 0.001); exact match
     # level (22 / 22). None, not True, so that a BM25 run (no query tower) leaves it off by
     # default, yet refuses it when asked for.

@@ -8,7 +8,7 @@ well (Polyak & Juditsky 1992; Izmailov et al. 2018). The decay at update t is
 min(MAX_DECAY, (1 + t) / (3 + t)): each step i taken so far weighs in proportion to i + 2
 (Shamir & Zhang 2013's polynomial-decay averaging with eta = 1), so the average leans to the
 later steps and the freshly initialised span head's first steps fade out of it. Measured on
-two seeds (README), it beat TensorFlow's `num_updates` ramp (1 + t) / (10 + t), which spans
+two seeds (docs/measurements.md), it beat TensorFlow's `num_updates` ramp (1 + t) / (10 + t), which spans
 about the last tenth of the steps: the three dev sets' mean EM 0.206 / 0.145 against 0.188 /
 0.140.
 
