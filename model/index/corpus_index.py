@@ -28,7 +28,7 @@ from realm.model.index.embed_corpus import embed_blocks, load_embeddings, write_
 from realm.model.index.lineage import doc_tower_fingerprint, read_lineage
 from realm.model.index.mips import latest_published
 from realm.model.index.rebuild import fit_block_batch, publish_embeddings_and_index
-from realm.model.networks.config import ModelConfig
+from realm.model.networks.config import ModelConfig, load_pretrained
 from realm.model.networks.device import select_device
 from realm.model.networks.retriever import Embedder
 from realm.model.publish import IntegrityError, staging_dir, verify_step
@@ -79,7 +79,7 @@ def index_corpus(
 
     staging = staging_dir(embeddings_root, version)
     device = device or select_device()
-    doc_embedder = Embedder.from_pretrained(doc_embedder_dir).to(device)
+    doc_embedder = load_pretrained(Embedder, doc_embedder_dir).to(device)
     changed = (
         fit_block_batch(batch.filter(pc.is_in(batch["block_id"], value_set=new)), max_block_wordpieces)
         for batch in iter_block_batches(blocks_path)

@@ -18,7 +18,7 @@ from realm.model.index.block_store import count_blocks, iter_block_batches
 from realm.model.index.embed_corpus import embed_blocks, load_embeddings
 from realm.model.index.lineage import doc_tower_fingerprint, index_lineage
 from realm.model.index.mips import IndexConfig, MipsIndex
-from realm.model.networks.config import ModelConfig
+from realm.model.networks.config import ModelConfig, load_pretrained
 from realm.model.networks.device import select_device
 from realm.model.networks.retriever import Embedder
 from realm.model.publish import publish, staging_dir
@@ -80,7 +80,7 @@ def rebuild_index(
     the trainer's, so the index embeds the blocks the trainer re-embeds.
     """
     device = device or select_device()
-    doc_embedder = Embedder.from_pretrained(doc_embedder_dir).to(device)
+    doc_embedder = load_pretrained(Embedder, doc_embedder_dir).to(device)
     staging = staging_dir(embeddings_root, snapshot_step)
     stats = embed_blocks(
         doc_embedder,

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from realm.model.networks.config import set_transformers_verbosity_error
+from realm.model.networks.config import load_pretrained, set_transformers_verbosity_error
 from realm.model.networks.encoder import KnowledgeAugmentedEncoder
 from realm.model.publish import MANIFEST_FILE, latest_verified, publish, read_manifest, staging_dir
 from realm.model.networks.reader import Reader
@@ -117,7 +117,7 @@ def load_components(path: str | os.PathLike, device: torch.device | None = None)
     set_transformers_verbosity_error()
     path = Path(path)
     names = torch.load(path / TRAINING_STATE_FILE, weights_only=True)["components"]
-    components = {name: COMPONENT_CLASSES[name].from_pretrained(path / name) for name in names}
+    components = {name: load_pretrained(COMPONENT_CLASSES[name], path / name) for name in names}
     return {name: model.to(device) for name, model in components.items()} if device else components
 
 

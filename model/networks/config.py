@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
+import torch
 import transformers
 from transformers import BertConfig, PreTrainedModel
 
@@ -147,6 +149,15 @@ def _paper(model_dir: str | None) -> ModelConfig:
 PRESETS = {"tiny": _tiny, "default": _default, "fast": _fast, "paper": _paper}
 
 
+def load_pretrained(component_cls: type[ComponentT], path: str | os.PathLike, **kwargs) -> ComponentT:
+    """`component_cls.from_pretrained(path)` held in float32 whatever dtype its files hold.
+    transformers 5 loads a model in its files' dtype by default: a float16 copy of the warm
+    start then trained with float16 weights, where AdamW's updates at fine-tuning's rates are
+    mostly below float16's resolution. Reduced precision is the forward's (autocast), not the
+    weights'."""
+    return component_cls.from_pretrained(path, dtype=torch.float32, **kwargs)
+
+
 def build_component(component_cls: type[ComponentT], config: ModelConfig) -> ComponentT:
     """A fresh component: warm-started from `config.model_dir`, or randomly initialised.
 
@@ -157,7 +168,8 @@ def build_component(component_cls: type[ComponentT], config: ModelConfig) -> Com
     if config.model_dir is None:
         model = component_cls(bert_config)
     else:
-        model, info = component_cls.from_pretrained(
+        model, info = load_pretrained(
+            component_cls,
             config.model_dir,
             config=bert_config,
             local_files_only=True,

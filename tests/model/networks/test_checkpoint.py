@@ -117,6 +117,17 @@ def test_round_trip_restores_every_component_exactly(small_vocab_config, tmp_pat
             assert torch.equal(want, got), f"{name}.{key}"
 
 
+def test_components_saved_in_half_precision_load_as_float32(small_vocab_config, tmp_path):
+    """transformers 5 would load them in the files' float16: trained on, AdamW's small updates vanish."""
+    components = _fresh_components(small_vocab_config)
+    path = save_checkpoint(tmp_path, 1, {name: model.half() for name, model in components.items()})
+    loaded = load_components(path)
+    for name, model in loaded.items():
+        assert {p.dtype for p in model.parameters()} == {torch.float32}, name
+        for (key, want), (_, got) in zip(components[name].state_dict().items(), model.state_dict().items()):
+            assert torch.equal(want.float(), got), f"{name}.{key}"
+
+
 def test_loading_a_checkpoint_prints_no_library_progress_bars(small_vocab_config, tmp_path, capfd):
     """`realm evaluate` and `realm ask` load checkpoints: transformers' "Loading weights" bars
     are noise in a user's output and in the flow logs."""

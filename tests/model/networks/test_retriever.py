@@ -85,6 +85,12 @@ def test_a_preset_given_a_model_dir_needs_no_installed_weights(tmp_path, monkeyp
         ModelConfig.preset("default")
 
 
+def test_a_warm_start_saved_in_half_precision_is_built_in_float32(tiny_config, tmp_path):
+    build_retriever(tiny_config).query_embedder.bert.half().save_pretrained(tmp_path)
+    embedder = build_retriever(dataclasses.replace(tiny_config, model_dir=str(tmp_path))).query_embedder
+    assert {p.dtype for p in embedder.parameters()} == {torch.float32}
+
+
 def test_embedder_save_pretrained_round_trip(tiny_config, tmp_path, tokenizer):
     embedder = build_retriever(tiny_config).query_embedder.eval()
     embedder.save_pretrained(tmp_path)
