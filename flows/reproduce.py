@@ -50,7 +50,6 @@ from prefect import flow, get_run_logger
 from realm.flows.evaluate import evaluate
 from realm.flows.finetune_openqa import build_bm25_index, finetune_openqa
 from realm.flows.ict_warm_start import ict_warm_start
-from realm.flows.params import EvaluateParams
 from realm.flows.prepare import realm_prepare
 from realm.flows.realm_pretrain import realm_pretrain
 from realm.flows.reproduce_questions import split_questions
@@ -70,6 +69,7 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
     base = stages.run.model_copy(update={"output": str(root / "base"), "seed": params.seed, "device": params.device})
     timer = StageTimer(root / "stage_seconds.json")
     train_file, eval_files = split_questions(params, root / "qa")
+    evaluation = stages.evaluate.model_copy(update={"qa": eval_files})  # its num_read / num_retrieve kept
     logger.info("fine-tuning on %s; evaluating on %s", train_file, ", ".join(eval_files))
 
     with timer("prepare"):
@@ -127,7 +127,7 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
         with timer(f"finetune_{name}"):
             finetuned = finetune_openqa(run, finetune_params, init_checkpoint=query_checkpoint,
                                         index_path=index_path, reader_init=reader_init)
-        metrics = evaluate(run, EvaluateParams(qa=eval_files), checkpoint=finetuned["checkpoint"], index_path=index_path)
+        metrics = evaluate(run, evaluation, checkpoint=finetuned["checkpoint"], index_path=index_path)
         seconds = timer.total(needed + [f"finetune_{name}"])
         for dataset, m in metrics.items():
             rows.append({

@@ -1,12 +1,13 @@
 """The run roots of a reproduction and the time each of their stages took: every system and
 pre-training variant has a root of its own reading the base run's corpus through symbolic
-links, and a stage's seconds are recorded the first time it completes."""
+links, and a stage's seconds, summed over its attempts, are recorded the first time it completes."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -27,18 +28,57 @@ def linked_run(root: Path, base: RunParams) -> RunParams:
 
 
 class StageTimer:
-    """Seconds per stage, kept in a JSON file: recorded the first time a stage completes."""
+    """Seconds per stage, kept in a JSON file: recorded the first time a stage completes, as
+    the sum of every attempt at it. Stages resume from their checkpoints after a kill, so the
+    attempts of a stage that is running are summed into the file every `heartbeat_seconds`
+    (under `IN_PROGRESS`), and the next attempt adds to what the killed one had done."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.seconds: dict[str, float] = json.loads(path.read_text()) if path.exists() else {}
+    IN_PROGRESS = "in_progress"
+
+    def __init__(self, path: Path, heartbeat_seconds: float = 30.0):
+        self.path, self.heartbeat_seconds = path, heartbeat_seconds
+        recorded = json.loads(path.read_text()) if path.exists() else {}
+        self.in_progress: dict[str, float] = recorded.pop(self.IN_PROGRESS, {})
+        self.seconds: dict[str, float] = recorded
+        self._lock = threading.Lock()
 
     @contextlib.contextmanager
     def __call__(self, stage: str):
-        started = time.perf_counter()
-        yield
-        self.seconds.setdefault(stage, time.perf_counter() - started)
-        self.path.write_text(json.dumps(self.seconds, indent=2))
+        if stage in self.seconds:  # completed before: a cache hit now, its time already recorded
+            yield
+            return
+        before, started = self.in_progress.get(stage, 0.0), time.perf_counter()
+        stop = threading.Event()
+        heartbeat = threading.Thread(target=self._beat, args=(stage, before, started, stop), daemon=True)
+        heartbeat.start()
+        completed = False
+        try:
+            yield
+            completed = True
+        finally:
+            stop.set()
+            heartbeat.join()
+            with self._lock:
+                elapsed = before + time.perf_counter() - started
+                if completed:
+                    self.seconds[stage] = elapsed
+                    self.in_progress.pop(stage, None)
+                else:
+                    self.in_progress[stage] = elapsed
+                self._write()
+
+    def _beat(self, stage: str, before: float, started: float, stop: threading.Event) -> None:
+        while not stop.wait(self.heartbeat_seconds):
+            with self._lock:
+                self.in_progress[stage] = before + time.perf_counter() - started
+                self._write()
+
+    def _write(self) -> None:
+        """Whole or not at all: a kill mid-write leaves the previous file."""
+        recorded = {**self.seconds, **({self.IN_PROGRESS: self.in_progress} if self.in_progress else {})}
+        staging = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        staging.write_text(json.dumps(recorded, indent=2))
+        os.replace(staging, self.path)
 
     def total(self, stages: list[str]) -> float:
         return sum(self.seconds.get(stage, 0.0) for stage in stages)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from realm.schemas.run_layout import RunLayout
@@ -18,18 +18,27 @@ def build_retriever_index(
     output: str, model_preset: str, checkpoint: str, max_block_wordpieces: int, keep: int, device: str | None
 ) -> str:
     """`<output>/index/<checkpoint step>/`: every block embedded by `checkpoint`'s doc tower
-    (built once; an existing publish of that step is reused)."""
+    (built once; an existing publish of that step is reused only if built from that doc tower,
+    the run's blocks and `max_block_wordpieces`: a retrained retriever can have the same step)."""
+    from realm.model.index.lineage import doc_tower_fingerprint, lineage_mismatches
+    from realm.model.index.rebuild import rebuild_index
     from realm.model.networks.config import ModelConfig
     from realm.model.networks.device import select_device
     from realm.model.publish import MANIFEST_FILE
-    from realm.model.index.rebuild import rebuild_index
+    from realm.schemas import BLOCKS, read_table
 
     layout = RunLayout.at(output)
     step = int(Path(checkpoint).name)
-    if (Path(layout.index) / str(step) / MANIFEST_FILE).is_file():
-        return str(Path(layout.index) / str(step))
+    doc_embedder = str(Path(checkpoint) / "doc_embedder")
+    published = Path(layout.index) / str(step)
+    if (published / MANIFEST_FILE).is_file():
+        block_ids = read_table(layout.blocks, BLOCKS, columns=["block_id"])["block_id"].to_numpy()
+        stale = lineage_mismatches(published, doc_tower_fingerprint(doc_embedder, step), block_ids, max_block_wordpieces)
+        if not stale:
+            return str(published)
+        get_run_logger().warning("%s was built from another %s: building it again", published, " and ".join(stale))
     return str(rebuild_index(
-        layout.blocks, str(Path(checkpoint) / "doc_embedder"), layout.embeddings, layout.index, step,
+        layout.blocks, doc_embedder, layout.embeddings, layout.index, step,
         ModelConfig.preset(model_preset), keep, device=select_device(device), max_block_wordpieces=max_block_wordpieces,
     ))
 

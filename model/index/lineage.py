@@ -42,3 +42,17 @@ def index_lineage(doc_tower: dict, block_ids: np.ndarray, max_block_wordpieces: 
 def read_lineage(index_path: str | os.PathLike) -> dict | None:
     """The lineage a published index records (None: built before lineage was recorded)."""
     return read_manifest(index_path).get("lineage")
+
+
+def lineage_mismatches(
+    index_path: str | os.PathLike, doc_tower: dict, block_ids: np.ndarray, max_block_wordpieces: int
+) -> list[str]:
+    """What the index at `index_path` was not built from, of "doc tower", "corpus" and "block
+    length" ([] when it was built from all three; all three when it records no lineage)."""
+    lineage = read_lineage(index_path) or {}
+    built_from = {
+        "doc tower": ("doc_tower", doc_tower),
+        "corpus": ("corpus", corpus_fingerprint(block_ids)),
+        "block length": ("max_block_wordpieces", max_block_wordpieces),
+    }
+    return [name for name, (key, value) in built_from.items() if lineage.get(key) != value]

@@ -70,6 +70,7 @@ def test_the_default_size_trains_every_row_but_the_stale_index():
 def test_every_system_of_the_table_trains_evaluates_and_is_reported(run_root, tmp_path):
     stages = tiny_params(run_root / "base")
     stages.prepare.beam_args = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
+    stages.evaluate.num_read = 3  # every row is evaluated with the stage's settings
     params = ReproduceParams(
         output=str(run_root), qa_train=[_write(tmp_path / "train.jsonl", TRAIN)],
         qa_dev=[_write(tmp_path / "dev.jsonl", DEV)], stages=stages, stale_factor=30,
@@ -95,6 +96,9 @@ def test_every_system_of_the_table_trains_evaluates_and_is_reported(run_root, tm
     assert seconds["closed_book"] == (
         stage["prepare"] + stage["ict"] + stage["pretrain_closed_book"] + stage["ict_index"] + stage["finetune_closed_book"]
     )
+    for system in SYSTEMS:
+        predictions = pq.read_table(run_root / "systems" / system / "predictions" / "nq.parquet")
+        assert set(predictions["num_read"].to_pylist()) == {3}, system
     markdown = (run_root / "results.md").read_text()
     assert all(f"| {system} |" in markdown for system in SYSTEMS) and "Not trained" not in markdown
     assert (run_root / "results.png").stat().st_size > 0
