@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from realm.model.tokenization import MAX_QUESTION_WORDPIECES
+from realm.model.tokenization import BLOCK_SPECIAL_TOKENS, MAX_BLOCK_WORDPIECES, MAX_QUESTION_WORDPIECES
 
 # Lengths of the CPU presets (design §5b: ~3x cheaper steps than the paper's 96 / 288);
 # the `gpu` preset sets the paper's.
@@ -24,12 +24,15 @@ CPU_BLOCK_WORDPIECES = 128
 # launches (the `gpu` preset's value is measured in docs/measurements.md, "Five times the pre-training, on a
 # rented H100").
 CPU_MICRO_BATCH = 16
+# A query is [CLS] x [SEP]: room for one wordpiece of x at least.
+QUERY_SPECIAL_TOKENS = 2
 
 
 class RetentionConfig(BaseModel):
     """How many of its own checkpoints a stage keeps: every stage's settings hold it."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # No infinite or NaN number: `epochs=Infinity` would pass every bound and fail mid-stage.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     # Two: if the newest turns out damaged, the run resumes from the one before it.
     keep_checkpoints: int = Field(
@@ -51,8 +54,8 @@ class IctConfig(RetentionConfig):
     checkpoint_every: int = Field(100, ge=1)
     log_every: int = Field(10, ge=1)
     heldout_examples: int = Field(512, ge=1)
-    max_query_wordpieces: int = CPU_QUERY_WORDPIECES
-    max_block_wordpieces: int = CPU_BLOCK_WORDPIECES
+    max_query_wordpieces: int = Field(CPU_QUERY_WORDPIECES, ge=QUERY_SPECIAL_TOKENS + 1)
+    max_block_wordpieces: int = Field(CPU_BLOCK_WORDPIECES, gt=BLOCK_SPECIAL_TOKENS, le=MAX_BLOCK_WORDPIECES)
     tower_layers: int | None = Field(6, ge=1, description="transformer layers of both towers (None: the model preset's)")
     tower_pooling: Literal["cls", "mean"] = Field(
         "mean", description="cls: REALM's [CLS] state; mean: the mean of the token states (sentence-encoder pooling)"
@@ -112,8 +115,8 @@ class PretrainConfig(RetentionConfig):
     checkpoint_every: int = Field(50, ge=1)
     log_every: int = Field(10, ge=1)
     heldout_examples: int = Field(256, ge=1)
-    max_query_wordpieces: int = CPU_QUERY_WORDPIECES
-    max_block_wordpieces: int = CPU_BLOCK_WORDPIECES
+    max_query_wordpieces: int = Field(CPU_QUERY_WORDPIECES, ge=QUERY_SPECIAL_TOKENS + 1)
+    max_block_wordpieces: int = Field(CPU_BLOCK_WORDPIECES, gt=BLOCK_SPECIAL_TOKENS, le=MAX_BLOCK_WORDPIECES)
     micro_batch: int = Field(
         CPU_MICRO_BATCH, ge=1, description="joint and block sequences per encoder / doc-tower forward, grouped by length"
     )
@@ -181,7 +184,7 @@ class PretrainConfig(RetentionConfig):
         "(none with cached_doc_embeddings)"
     )
     eval_every: int | None = Field(
-        None, description="steps between held-out masked-span evaluations (None: only after the last step)"
+        None, ge=1, description="steps between held-out masked-span evaluations (None: only after the last step)"
     )
     untrained_eval_examples: int = Field(
         0, ge=0, description="after the last step, also evaluate on up to this many training examples no step has drawn"
@@ -206,7 +209,7 @@ class FinetuneConfig(RetentionConfig):
         5e-4, gt=0, description="peak rate of the freshly initialised span MLP and question-match vector"
     )
     warmup_fraction: float = Field(0.1, ge=0, lt=1, description="share of the steps the learning rate rises over")
-    weight_decay: float = 0.01
+    weight_decay: float = Field(0.01, ge=0)
     reader_dropout: float | None = Field(
         None, ge=0, lt=1, description="hidden-state dropout of the reader while it trains (None: the model preset's)"
     )
@@ -259,7 +262,7 @@ class FinetuneConfig(RetentionConfig):
         "num_candidates (ORQA's per-step retrieval; dense only), so the blocks the tower comes to rank first are "
         "scored against the answer's and can be read",
     )
-    max_question_wordpieces: int = MAX_QUESTION_WORDPIECES
+    max_question_wordpieces: int = Field(MAX_QUESTION_WORDPIECES, ge=1)
 
     @model_validator(mode="after")
     def _read_within_candidates(self) -> FinetuneConfig:

@@ -16,7 +16,12 @@ def test_train_param_overrides_are_typed_like_the_ui_form(monkeypatch, tmp_path,
 
 @pytest.mark.parametrize(
     ("assignment", "message"),
-    [("nope=1", "FIELD one of"), ("eval_every=abc", "valid integer"), ("steps", "expected FIELD=VALUE")],
+    [
+        ("nope=1", "FIELD one of"), ("eval_every=abc", "valid integer"), ("steps", "expected FIELD=VALUE"),
+        # refused before any work, not passed on to fail mid-stage
+        ("learning_rate=Infinity", "finite number"), ("eval_every=0", "greater than or equal to 1"),
+        ("max_block_wordpieces=1000", "less than or equal to 288"),
+    ],
 )
 def test_bad_train_params_stop_with_the_field_and_the_reason(assignment, message, tmp_path):
     with pytest.raises(SystemExit, match=message):

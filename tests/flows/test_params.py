@@ -81,3 +81,17 @@ def test_a_warm_up_and_a_fine_tuning_that_build_different_readers_are_refused_be
     assert PipelineParams(warmup=ReaderWarmupParams(questions=0), finetune=FinetuneParams(block_relevance=True))
     both = PipelineParams(warmup=ReaderWarmupParams(questions=100, block_relevance=True), finetune=FinetuneParams(block_relevance=True))
     assert both.finetune.block_relevance and both.warmup.block_relevance
+
+
+@pytest.mark.parametrize(
+    ("update", "message"),
+    [
+        ({"epochs": float("inf")}, "finite number"),
+        ({"learning_rate": float("nan")}, "finite number"),
+        ({"weight_decay": -5}, "greater than or equal to 0"),
+        ({"max_question_wordpieces": 0}, "greater than or equal to 1"),
+    ],
+)
+def test_a_fine_tuning_setting_no_step_could_train_with_is_refused_by_the_form(update, message):
+    with pytest.raises(ValueError, match=message):
+        FinetuneParams(**update)
