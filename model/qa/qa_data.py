@@ -5,7 +5,7 @@
 - WebQuestions JSON: a list of `{"qText", "answers"}` or of the original
   `{"utterance", "targetValue": "(list (description X) ...)"}`;
 - CuratedTrec TSV: `question<TAB>answer regex` per line (answers are regular expressions).
-A record that cannot be read raises `QAFormatError` naming the file, line and reason: so do a
+The suffix says which (`.jsonl`, `.json`, `.tsv`); another suffix is refused by name. A record that cannot be read raises `QAFormatError` naming the file, line and reason: so do a
 file that is not UTF-8, holds no question, gives a dataset name that is not a plain name
 (it becomes a file name: `predictions/<dataset>.parquet`), or a regex answer that does not
 compile.
@@ -57,8 +57,13 @@ def read_qa_file(path: str | Path, dataset: str | None = None) -> list[QAExample
         examples = _read_trec_tsv(path, default_name)
     elif path.suffix == ".json":
         examples = _read_webquestions_json(path, default_name)
-    else:
+    elif path.suffix == ".jsonl":
         examples = _read_jsonl(path, dataset)
+    else:
+        raise QAFormatError(
+            f"{path}: unknown question file suffix {path.suffix!r}: .jsonl (JSON lines), .json (WebQuestions) or "
+            ".tsv (CuratedTrec)"
+        )
     if not examples:
         raise QAFormatError(f"{path}: holds no questions")
     return examples
@@ -120,10 +125,14 @@ def _read_webquestions_json(path: Path, dataset: str) -> list[QAExample]:
         raise QAFormatError(f"{path}: expected a JSON list of questions")
     examples = []
     for index, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise QAFormatError(f"{path}:[{index}]: expected a JSON object, got {type(record).__name__}")
         if "qText" in record:
             examples.append(_example(path, f"[{index}]", record["qText"], record.get("answers"), dataset))
         else:
             target = record.get("targetValue", "")
+            if not isinstance(target, str):
+                raise QAFormatError(f"{path}:[{index}]: targetValue must be a string, got {target!r}")
             answers = [quoted.replace('\\"', '"') or bare.strip() for quoted, bare in _DESCRIPTION.findall(target)]
             examples.append(_example(path, f"[{index}]", record.get("utterance"), answers, dataset))
     return examples

@@ -63,6 +63,9 @@ def test_bad_records_name_the_file_and_line(tmp_path):
         ("escape.jsonl", '{"question": "q", "answers": ["a"], "dataset": "../../outside"}\n',
          r"escape.jsonl:1: dataset name '../../outside' must be"),
         ("hidden.jsonl", '{"question": "q", "answers": ["a"], "dataset": ".hidden"}\n', r"hidden.jsonl:1: dataset name"),
+        ("wq.json", '[{"qText": "q", "answers": ["a"]}, "oops"]', r"wq.json:\[1\]: expected a JSON object, got str"),
+        ("wq.json", '[{"utterance": "q", "targetValue": 7}]', r"wq.json:\[0\]: targetValue must be a string, got 7"),
+        ("questions.csv", "question,answer\nwho,me\n", r"questions.csv: unknown question file suffix '.csv': .jsonl"),
     ],
 )
 def test_unusable_question_files_are_refused_naming_the_file_line_and_reason(tmp_path, name, content, message):
