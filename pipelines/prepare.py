@@ -13,7 +13,8 @@ it, e.g. CC-News examples are filtered against a Wikipedia corpus built by an ea
 (X != Z).
 
 Nothing of a prepared run is lost to a failed prepare: the inputs are checked first (an
-`--input` or `--knowledge_blocks` that names no file stops it with one line naming it), the
+`--input` or `--knowledge_blocks` that names no file stops it with one line naming it), an
+input whose every record is dead-lettered replaces nothing (`EmptyCorpusError`), the
 artifacts and summary are built in a staging directory inside `--output` and replace the
 run's only once the pipeline has succeeded (`realm.pipelines.staging`), which also makes
 inputs inside the run (its own `documents/` or `blocks/`) safe to read.
@@ -37,7 +38,7 @@ from realm.pipelines.readers import read_corpus
 from realm.pipelines.salient import TagSalientSpans
 from realm.pipelines.staging import move_into_place, staged_output, write_manifests
 from realm.pipelines.trivial import FilterTrivialRetrievals
-from realm.schemas import BLOCK_ENTITIES, BLOCKS, DEAD_LETTER, DOCUMENTS, ICT_EXAMPLES, PRETRAIN_EXAMPLES
+from realm.schemas import BLOCK_ENTITIES, BLOCKS, DEAD_LETTER, DOCUMENTS, ICT_EXAMPLES, PRETRAIN_EXAMPLES, ArtifactError
 
 NAME = "prepare"
 STAGES = ["read", "chunk", "entities", "salient", "trivial", "ict"]
@@ -94,6 +95,22 @@ def check_inputs(options: RealmOptions) -> None:
     require_matches(inputs, options.output)
 
 
+class EmptyCorpusError(ArtifactError):
+    """A prepare whose every record was dead-lettered: replacing the run would leave it empty."""
+
+
+def refuse_empty_corpus(options: RealmOptions, counts: dict[str, dict[str, int]]) -> None:
+    """EmptyCorpusError naming the input and why its records were rejected, when no block was
+    built: the run keeps what it held (a corpus of nothing would train nothing)."""
+    if counts.get("chunk", {}).get("blocks", 0):
+        return
+    rejected = ", ".join(f"{reason} {count}" for reason, count in counts.get("read", {}).items()) or "none"
+    raise EmptyCorpusError(
+        f"{options.input or options.corpus}: no block was built (records rejected on reading: {rejected}); "
+        f"{options.output} is unchanged"
+    )
+
+
 def run(argv: list[str] | None = None) -> dict[str, dict[str, int]]:
     argv = sys.argv[1:] if argv is None else argv
     options = PipelineOptions(argv).view_as(RealmOptions)
@@ -103,6 +120,7 @@ def run(argv: list[str] | None = None) -> dict[str, dict[str, int]]:
         counts = execute(
             lambda pipeline, taps: build_prepare_pipeline(pipeline, options, staging, taps), argv, NAME, STAGES
         )
+        refuse_empty_corpus(options, counts)
         write_summary(staging, NAME, counts)
         write_manifests(staging, list(OUTPUT_SCHEMAS))
         move_into_place(staging, options.output, list(OUTPUT_SCHEMAS), [summary_file(NAME)])

@@ -163,6 +163,18 @@ def test_a_pipeline_that_fails_leaves_the_previous_run_exactly_as_it_was(run_cop
     assert file_bytes(run_copy) == before  # no staging directory left either
 
 
+def test_an_input_whose_every_record_is_rejected_replaces_nothing(run_copy):
+    before = file_bytes(run_copy)
+    bad = run_copy.parent / "all_bad.jsonl"
+    bad.write_text('[1, 2, 3]\n{"doc_id": 5, "title": "T"\n')
+    with pytest.raises(prepare.EmptyCorpusError) as error:
+        prepare.run(["--corpus", "documents", "--input", str(bad), "--output", str(run_copy), *IN_PROCESS])
+    assert str(error.value) == (
+        f"{bad}: no block was built (records rejected on reading: read_malformed_json 2); {run_copy} is unchanged"
+    )
+    assert file_bytes(run_copy) == before
+
+
 def test_a_run_can_be_prepared_again_from_its_own_documents_and_blocks(run_copy):
     """Its documents and blocks are read to the end before they are replaced."""
     previous = read_artifacts(run_copy)
