@@ -212,10 +212,7 @@ def _reproduce(args: argparse.Namespace, extra: list[str]) -> int:
     from realm.flows.reproduce import realm_reproduce
     from realm.flows.reproduce_systems import ReproduceParams
 
-    qa_train, qa_dev = list(args.qa_train), list(args.qa_dev)
-    if args.qa_dir:
-        qa_train += sorted(str(p) for p in Path(args.qa_dir).glob("*.train.jsonl"))
-        qa_dev += sorted(str(p) for p in Path(args.qa_dir).glob("*.dev.jsonl"))
+    qa_train, qa_dev = _reproduce_questions(args)
     if not qa_train:
         raise SystemExit("realm reproduce: no training questions (pass --qa_dir or --qa_train)")
     params = ReproduceParams(
@@ -396,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--run", required=True, help="run root")
     evaluate.add_argument("--qa", nargs="+", required=True, help="JSONL / NQ-open JSONL / WebQuestions JSON / CuratedTrec TSV")
     evaluate.add_argument("--json", action="store_true", help='end with one JSON line {"<dataset>": {"em", "recall_at_5", "n"}}')
-    evaluate.add_argument("--num_read", type=int, default=5)
+    evaluate.add_argument("--num_read", type=_positive_int, default=5)
     evaluate.add_argument("--device")
     _add_index_option(evaluate)
     evaluate.set_defaults(handler=_evaluate)
@@ -434,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask = commands.add_parser("ask", help="answer a question with a trained run, with its evidence")
     ask.add_argument("--run", required=True, help="run root")
     ask.add_argument("question")
-    ask.add_argument("--num_read", type=int, default=5)
+    ask.add_argument("--num_read", type=_positive_int, default=5)
     ask.add_argument("--evidence", type=int, default=3, help="evidence blocks to show")
     ask.add_argument("--device")
     _add_index_option(ask)
@@ -478,6 +475,34 @@ def _add_index_option(parser: argparse.ArgumentParser) -> None:
                         help="answer from the corpus NAME indexed for the run (`realm index`) instead of its own")
 
 
+def _reproduce_questions(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """`realm reproduce`'s (training, evaluation) question files: those named, then --qa_dir's."""
+    from pathlib import Path
+
+    qa_train, qa_dev = list(args.qa_train), list(args.qa_dev)
+    if args.qa_dir:
+        qa_train += sorted(str(p) for p in Path(args.qa_dir).glob("*.train.jsonl"))
+        qa_dev += sorted(str(p) for p in Path(args.qa_dir).glob("*.dev.jsonl"))
+    return qa_train, qa_dev
+
+
+def _check_question_files(args: argparse.Namespace) -> None:
+    """Read every question file the command names, so a missing or malformed one stops it with
+    one line before a Prefect server starts or a flow logs the error with its traceback."""
+    from realm.model.qa.qa_data import read_qa_file
+
+    paths = sum(_reproduce_questions(args), []) if args.command == "reproduce" else list(getattr(args, "qa", None) or [])
+    for path in paths:
+        read_qa_file(path)
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
@@ -486,11 +511,12 @@ def main(argv: list[str] | None = None) -> int:
     from realm.model.qa.qa_data import QAFormatError
     from realm.schemas import ArtifactError
 
-    if args.command in FLOW_COMMANDS:
-        from realm.cli import prefect_server
-
-        prefect_server.install()
     try:
+        _check_question_files(args)
+        if args.command in FLOW_COMMANDS:
+            from realm.cli import prefect_server
+
+            prefect_server.install()
         return args.handler(args, extra)
     except (QAFormatError, ArtifactError, IntegrityError, FileNotFoundError) as error:
         # Errors a user can fix: one line saying what and where, not a traceback.

@@ -80,6 +80,30 @@ def test_what_a_user_can_fix_is_one_line_and_a_non_zero_exit(tmp_path, capsys):
     )
 
 
+def test_a_bad_question_file_stops_the_command_in_one_line_before_any_prefect_server(tmp_path, capsys, monkeypatch):
+    from realm.cli import prefect_server
+
+    def no_server():
+        raise AssertionError("a Prefect server was started for a command that cannot run")
+
+    monkeypatch.setattr(prefect_server, "install", no_server)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "who", "answers": ["me"]}\n{"question": "no answers"}\n')
+    commands = [
+        (["evaluate", "--run", str(tmp_path), "--qa", str(bad)], f"realm evaluate: {bad}:2: answers must be"),
+        (["train", "finetune", "--output", str(tmp_path), "--qa", str(tmp_path / "missing.jsonl")],
+         f"realm train: {tmp_path / 'missing.jsonl'}: no such question file"),
+        (["reproduce", "--output", str(tmp_path), "--qa_train", str(bad)], f"realm reproduce: {bad}:2: answers must be"),
+    ]
+    for argv, message in commands:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(message) and err.count("\n") == 1, err
+    with pytest.raises(SystemExit):
+        main(["ask", "--run", str(tmp_path), "--num_read", "0", "who"])
+    assert "--num_read: must be at least 1, got 0" in capsys.readouterr().err
+
+
 def test_an_error_is_one_line_with_no_library_noise_before_it(tmp_path):
     import subprocess
     import sys
