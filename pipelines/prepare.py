@@ -34,6 +34,7 @@ from realm.pipelines.execution import execute, print_summary, require_matches, s
 from realm.pipelines.ict import BuildIctExamples
 from realm.pipelines.options import RealmOptions, require
 from realm.pipelines.progress import StageTaps
+from realm.pipelines.read_documents import check_parquet_files
 from realm.pipelines.readers import read_corpus
 from realm.pipelines.salient import TagSalientSpans
 from realm.pipelines.staging import move_into_place, staged_output, write_manifests
@@ -88,11 +89,14 @@ def build_prepare_pipeline(pipeline: beam.Pipeline, options: RealmOptions, outpu
 
 
 def check_inputs(options: RealmOptions) -> None:
-    """FileNotFoundError naming the flag and its value when an input matches no file."""
+    """FileNotFoundError naming the flag and its value when an input matches no file; an
+    ArtifactError naming a documents Parquet file that is not one or lacks a column."""
     inputs = [("--input", options.input, options.input)]
     if options.knowledge_blocks:
         inputs.append(("--knowledge_blocks", options.knowledge_blocks, artifact_pattern(options.knowledge_blocks)))
     require_matches(inputs, options.output)
+    if options.corpus == "documents" and options.input:
+        check_parquet_files(options.input)
 
 
 class EmptyCorpusError(ArtifactError):

@@ -11,7 +11,7 @@ import pytest
 
 from realm.pipelines import prepare
 from realm.pipelines.read_ccnews import url_doc_id
-from realm.schemas import ARTIFACTS, BLOCKS, read_table
+from realm.schemas import ARTIFACTS, BLOCKS, ArtifactError, read_table
 from realm.schemas.manifest import MANIFEST_FILE, IntegrityError
 from tests.pipelines.news_fixture import BRIDGE_HTML, BRIDGE_URL, CAFE_HTML, CAFE_URL, SECTION_HTML, SECTION_URL, warc_records
 from tests.pipelines.run_files import file_bytes
@@ -172,6 +172,24 @@ def test_an_input_whose_every_record_is_rejected_replaces_nothing(run_copy):
     assert str(error.value) == (
         f"{bad}: no block was built (records rejected on reading: read_malformed_json 2); {run_copy} is unchanged"
     )
+    assert file_bytes(run_copy) == before
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(b"PAR1 not really", "not readable as Parquet"), (None, "missing column 'source'")],
+)
+def test_a_documents_file_that_is_not_usable_parquet_stops_prepare_in_one_line_before_the_run_changes(
+    run_copy, content, message
+):
+    before = file_bytes(run_copy)
+    bad = run_copy.parent / "docs.parquet"
+    if content is None:
+        pq.write_table(pa.table({"doc_id": ["d1"], "text": ["no title"]}), bad)
+    else:
+        bad.write_bytes(content)
+    with pytest.raises(ArtifactError, match=f"^{bad}: {message}"):
+        prepare.run(["--corpus", "documents", "--input", str(bad), "--output", str(run_copy), *IN_PROCESS])
     assert file_bytes(run_copy) == before
 
 
