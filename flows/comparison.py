@@ -27,12 +27,15 @@ Every file read is checked against the sizes and sha256 its directory's manifest
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pyarrow as pa
 
 from realm.model.qa.answer_metrics import answer_within
 from realm.schemas.run_layout import RunLayout
+
+log = logging.getLogger(__name__)
 
 
 def _results(directory: Path, schema: pa.Schema) -> dict[str, list[dict]] | None:
@@ -109,10 +112,14 @@ def compare(run_roots: list[str]) -> dict[str, list[dict]]:
 
 
 def _shared(run_roots: list[str], tables: list[dict[str, list[dict]]], what: str) -> list[str]:
-    """The file stems every run has, sorted; refused when there are none."""
+    """The file stems every run has, sorted; refused when there are none, and each left out
+    named with the runs that have it."""
     shared = sorted(set.intersection(*(set(table) for table in tables)))
     if not shared:
         raise ValueError(f"the runs {run_roots} evaluated no {what} in common")
+    for stem in sorted(set.union(*(set(table) for table in tables)) - set(shared)):
+        having = [root for root, table in zip(run_roots, tables) if stem in table]
+        log.warning("%s %s left out: only %s evaluated it", what, stem, ", ".join(having))
     return shared
 
 

@@ -83,6 +83,16 @@ def test_runs_that_answered_other_questions_are_refused(tmp_path):
         compare([baseline, str(tmp_path / "c")])
 
 
+def test_a_dataset_only_some_runs_evaluated_is_left_out_by_name(tmp_path, caplog):
+    baseline = _evaluated(tmp_path / "a", "nq", [(True, 0), (False, None)])
+    _evaluated(tmp_path / "a", "ct", [(True, 0)])
+    other = _evaluated(tmp_path / "b", "nq", [(False, 0), (False, None)])
+    with caplog.at_level("WARNING"):
+        found = compare([baseline, other])
+    assert {row["dataset"] for row in found["questions"]} == {"nq"}
+    assert f"dataset ct left out: only {baseline} evaluated it" in caplog.text
+
+
 def test_predictions_that_changed_since_evaluate_recorded_them_are_named(tmp_path):
     predictions = tmp_path / "a" / "predictions"
     run = _evaluated(tmp_path / "a", "nq", [(True, 0), (False, None)])
