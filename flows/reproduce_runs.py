@@ -9,6 +9,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from realm.flows.params import RunParams
@@ -48,8 +49,12 @@ class StageTimer:
             yield
             return
         before, started = self.in_progress.get(stage, 0.0), time.perf_counter()
+
+        def elapsed() -> float:
+            return before + time.perf_counter() - started
+
         stop = threading.Event()
-        heartbeat = threading.Thread(target=self._beat, args=(stage, before, started, stop), daemon=True)
+        heartbeat = threading.Thread(target=self._beat, args=(stage, elapsed, stop), daemon=True)
         heartbeat.start()
         completed = False
         try:
@@ -59,18 +64,17 @@ class StageTimer:
             stop.set()
             heartbeat.join()
             with self._lock:
-                elapsed = before + time.perf_counter() - started
                 if completed:
-                    self.seconds[stage] = elapsed
+                    self.seconds[stage] = elapsed()
                     self.in_progress.pop(stage, None)
                 else:
-                    self.in_progress[stage] = elapsed
+                    self.in_progress[stage] = elapsed()
                 self._write()
 
-    def _beat(self, stage: str, before: float, started: float, stop: threading.Event) -> None:
+    def _beat(self, stage: str, elapsed: Callable[[], float], stop: threading.Event) -> None:
         while not stop.wait(self.heartbeat_seconds):
             with self._lock:
-                self.in_progress[stage] = before + time.perf_counter() - started
+                self.in_progress[stage] = elapsed()
                 self._write()
 
     def _write(self) -> None:

@@ -19,6 +19,8 @@ MAX_PRETRAIN_QUERY_WORDPIECES = 96
 MAX_QUESTION_WORDPIECES = 64
 # [CLS] title [SEP] body [SEP]: three specials around the title and the body.
 BLOCK_SPECIAL_TOKENS = 3
+# [CLS] x [SEP]: two specials around a query.
+QUERY_SPECIAL_TOKENS = 2
 
 
 def default_model_dir() -> Path:

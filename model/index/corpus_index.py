@@ -25,7 +25,7 @@ import torch
 
 from realm.model.index.block_store import iter_block_batches
 from realm.model.index.embed_corpus import embed_blocks, load_embeddings, write_embeddings
-from realm.model.index.lineage import doc_tower_fingerprint, read_lineage
+from realm.model.index.lineage import doc_tower_fingerprint, lineage_mismatches
 from realm.model.index.mips import latest_published
 from realm.model.index.rebuild import fit_block_batch, publish_embeddings_and_index
 from realm.model.networks.config import ModelConfig, load_pretrained
@@ -111,9 +111,10 @@ def _reusable(
     nothing = np.zeros(0, np.int64), np.zeros((0, 0), np.float32)
     if previous is None:
         return nothing
-    lineage = read_lineage(previous) or {}
-    if lineage.get("doc_tower") != doc_tower or lineage.get("max_block_wordpieces") != max_block_wordpieces:
-        log.info("%s was embedded by another doc tower or block length: every block is embedded again", previous)
+    # The corpus is not compared: an edited corpus reuses the vectors of the blocks it kept.
+    stale = lineage_mismatches(previous, doc_tower, None, max_block_wordpieces)
+    if stale:
+        log.info("%s was embedded by another %s: every block is embedded again", previous, " and ".join(stale))
         return nothing
     embeddings = Path(embeddings_root) / previous.name
     try:

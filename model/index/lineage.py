@@ -45,14 +45,13 @@ def read_lineage(index_path: str | os.PathLike) -> dict | None:
 
 
 def lineage_mismatches(
-    index_path: str | os.PathLike, doc_tower: dict, block_ids: np.ndarray, max_block_wordpieces: int
+    index_path: str | os.PathLike, doc_tower: dict, block_ids: np.ndarray | None, max_block_wordpieces: int
 ) -> list[str]:
-    """What the index at `index_path` was not built from, of "doc tower", "corpus" and "block
-    length" ([] when it was built from all three; all three when it records no lineage)."""
+    """What the index at `index_path` was not built from, of "doc tower", "corpus" (not compared
+    when `block_ids` is None) and "block length" ([] when it was built from all of them; all of
+    them when it records no lineage)."""
     lineage = read_lineage(index_path) or {}
-    built_from = {
-        "doc tower": ("doc_tower", doc_tower),
-        "corpus": ("corpus", corpus_fingerprint(block_ids)),
-        "block length": ("max_block_wordpieces", max_block_wordpieces),
-    }
+    built_from = {"doc tower": ("doc_tower", doc_tower), "block length": ("max_block_wordpieces", max_block_wordpieces)}
+    if block_ids is not None:
+        built_from["corpus"] = ("corpus", corpus_fingerprint(block_ids))
     return [name for name, (key, value) in built_from.items() if lineage.get(key) != value]

@@ -31,7 +31,7 @@ from realm.model.networks.marginal import mask_log_scores, marginal_log_likeliho
 from realm.model.networks.question_match import question_match_flags
 from realm.model.index.mips import BruteForceIndex, MipsIndex
 from realm.model.networks.retriever import Retriever, relevance_scores
-from realm.model.tokenization import MAX_PRETRAIN_QUERY_WORDPIECES, WordPieceTokenizer, join
+from realm.model.tokenization import MAX_PRETRAIN_QUERY_WORDPIECES, QUERY_SPECIAL_TOKENS, WordPieceTokenizer, join
 
 # The paper masks one salient span of at most 10 wordpieces; random fallback spans likewise.
 MAX_MASKED_WORDPIECES = 10
@@ -68,7 +68,7 @@ def mask_query(
 ) -> tuple[list[int], list[int], list[int]]:
     """(masked x, positions in masked x, original ids), x cropped to fit `[CLS] x [SEP]` in
     `max_query_wordpieces` around the masked span so the span itself is never cut."""
-    budget = max_query_wordpieces - 2  # [CLS] x [SEP]
+    budget = max_query_wordpieces - QUERY_SPECIAL_TOKENS
     positions = sorted(masked_positions)[:MAX_MASKED_WORDPIECES]
     start = 0
     if len(token_ids) > budget:

@@ -13,7 +13,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from realm.model.tokenization import BLOCK_SPECIAL_TOKENS, MAX_BLOCK_WORDPIECES, MAX_QUESTION_WORDPIECES
+from realm.model.tokenization import (
+    BLOCK_SPECIAL_TOKENS, MAX_BLOCK_WORDPIECES, MAX_QUESTION_WORDPIECES, QUERY_SPECIAL_TOKENS,
+)
 
 # Lengths of the CPU presets (design §5b: ~3x cheaper steps than the paper's 96 / 288);
 # the `gpu` preset sets the paper's.
@@ -24,8 +26,6 @@ CPU_BLOCK_WORDPIECES = 128
 # launches (the `gpu` preset's value is measured in docs/measurements.md, "Five times the pre-training, on a
 # rented H100").
 CPU_MICRO_BATCH = 16
-# A query is [CLS] x [SEP]: room for one wordpiece of x at least.
-QUERY_SPECIAL_TOKENS = 2
 
 
 class RetentionConfig(BaseModel):
