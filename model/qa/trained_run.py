@@ -37,6 +37,8 @@ class TrainedRun:
         """The run at `root`; `checkpoint`, `index_path` and `model_preset` (used only when the
         run records none) override what it holds. Raises FileNotFoundError naming what is missing."""
         layout = RunLayout.at(root)
+        if not layout.root.is_dir():
+            raise FileNotFoundError(f"{layout.root}: no such directory")
         checkpoint = checkpoint or published_checkpoint(layout)
         if checkpoint is None:
             raise FileNotFoundError(f"{layout.root}: not a trained run (no checkpoints/finetune/; fine-tune it first)")

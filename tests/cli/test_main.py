@@ -61,10 +61,10 @@ def test_every_commands_help_prints_and_exits_zero(command, capsys):
 def test_what_a_user_can_fix_is_one_line_and_a_non_zero_exit(tmp_path, capsys):
     assert main(["ask", "--run", str(tmp_path / "nowhere"), "who was the commander of apollo 11"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not a trained run" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and "nowhere: no such directory" in err and "Traceback" not in err
     with pytest.raises(SystemExit, match="the question is empty"):
         main(["ask", "--run", str(tmp_path), "   "])
-    with pytest.raises(FileNotFoundError, match="not a trained run"):
+    with pytest.raises(FileNotFoundError, match="no such directory"):
         main(["--debug", "ask", "--run", str(tmp_path / "nowhere"), "who"])
     from realm.model.publish import record_files
     from realm.schemas import MASKED_SPAN_OUTCOMES, write_table

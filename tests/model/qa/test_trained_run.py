@@ -53,6 +53,9 @@ def test_a_run_that_published_its_weight_average_never_answers_with_the_trained_
 
 def test_what_a_run_lacks_is_named(tmp_path, tiny_config):
     layout = RunLayout.at(tmp_path / "run")
+    with pytest.raises(FileNotFoundError, match=rf"^{layout.root}: no such directory$"):
+        TrainedRun.at(layout.root)
+    layout.root.mkdir()
     with pytest.raises(FileNotFoundError, match="not a trained run"):
         TrainedRun.at(layout.root)
     components = {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(tiny_config)}
