@@ -30,11 +30,12 @@ Layout under `output`: `base/` holds the prepared corpus, the ICT warm start and
 (`systems/<name>/`), all reading `base/`'s corpus through symbolic links. Every stage is a
 cached flow, so a re-run skips what is done and an interrupted one resumes. Results:
 `results.parquet` (schema `REPRODUCTION_RESULTS`), `results.md`, `results.png`, and the same
-table as a Prefect artifact. `qa/split.json` records a digest of the question split; a re-run
-whose split differs (other files, seed or fraction) stops instead of evaluating models trained
-on the old one. Wall time per system adds every stage it needs, shared ones
-included (the cost of training that system alone); a stage's time is recorded the first time
-it completes, so cache hits on a re-run do not count as free.
+table as a Prefect artifact; an invocation training some systems (`systems`) keeps the other
+rows an earlier one published under the same settings. `qa/split.json` records a digest of the
+question split; a re-run whose split differs (other files, seed or fraction) stops instead of
+evaluating models trained on the old one. Wall time per system adds every stage it needs,
+shared ones included (the cost of training that system alone); a stage's time is recorded the
+first time it completes, so cache hits on a re-run do not count as free.
 
 The pieces: the systems and the flow's parameters in `realm.flows.reproduce_systems`, the
 question split in `reproduce_questions`, run roots and stage times in `reproduce_runs`, the
@@ -53,7 +54,7 @@ from realm.flows.ict_warm_start import ict_warm_start
 from realm.flows.prepare import realm_prepare
 from realm.flows.realm_pretrain import realm_pretrain
 from realm.flows.reproduce_questions import split_questions
-from realm.flows.reproduce_report import publish_results
+from realm.flows.reproduce_report import earlier_rows, publish_results
 from realm.flows.reproduce_runs import StageTimer, linked_run
 from realm.flows.reproduce_systems import SPECS, ReproduceParams, pretrain_variant
 from realm.flows.retriever_tasks import build_retriever_index, zero_shot_recall
@@ -101,6 +102,8 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
         return pretrained[variant]
 
     # System by system, publishing the table after each, so a long run shows its rows as they come.
+    settings = params.settings_digest()
+    kept = earlier_rows(root, settings, specs)
     rows = []
     for name, spec in specs.items():
         run = linked_run(root / "systems" / name, base)
@@ -134,7 +137,8 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
                 "system": name, "dataset": dataset, "n": m["n"], "exact_match": m["em"],
                 "reader_accuracy": m["reader_accuracy"], "recall_at_5": m["recall_at_5"],
                 "zero_shot_recall_at_5": zero_shot[dataset], "train_seconds": seconds, "seed": params.seed,
+                "settings_sha256": settings,
             })
         logger.info("%s: %s", name, ", ".join(f"{d} EM {m['em']:.3f}" for d, m in metrics.items()))
-        publish_results(rows, root, repeated)
+        publish_results(kept + rows, root, repeated)
     return rows

@@ -1,20 +1,43 @@
 """The reproduction table: `results.parquet` (schema `REPRODUCTION_RESULTS`), `results.md`,
-`results.png` and the same table as Prefect artifacts."""
+`results.png` and the same table as Prefect artifacts. An invocation that trains some of the
+systems (`ReproduceParams.systems`) keeps the rows an earlier one published for the others,
+when they trained under the same settings."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from realm.flows.reproduce_systems import SYSTEMS
+
+RESULTS_FILE = "results.parquet"
+
+
+def earlier_rows(root: Path, settings_sha256: str, retrained: Iterable[str]) -> list[dict]:
+    """The rows of `root`'s table for systems not in `retrained` that trained under
+    `settings_sha256` (`ReproduceParams.settings_digest`); none from a table that predates
+    the settings column."""
+    from realm.schemas import REPRODUCTION_RESULTS, read_table
+
+    path = root / RESULTS_FILE
+    if not path.is_file():
+        return []
+    retrained = set(retrained)
+    return [row for row in read_table(str(path), REPRODUCTION_RESULTS).to_pylist()
+            if row["system"] not in retrained and row["settings_sha256"] == settings_sha256]
+
 
 def publish_results(rows: list[dict], root: Path, repeated: dict[str, str]) -> None:
-    """results.parquet, results.md, results.png under `root`, and the table as artifacts;
-    `repeated`: the systems left untrained because they would repeat another row, with why."""
+    """results.parquet, results.md, results.png under `root`, and the table as artifacts, the
+    systems in the table's order; `repeated`: the systems left untrained because they would
+    repeat another row, with why."""
     from realm.schemas import REPRODUCTION_RESULTS, write_table
 
-    write_table(str(root / "results.parquet"), rows, REPRODUCTION_RESULTS)
+    rows = sorted(rows, key=lambda row: SYSTEMS.index(row["system"]))
+    write_table(str(root / RESULTS_FILE), rows, REPRODUCTION_RESULTS)
     markdown = results_markdown(rows, repeated)
     (root / "results.md").write_text(markdown + "\n", encoding="utf-8")
     _plot(rows, root / "results.png")

@@ -8,6 +8,7 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, Field, model_validator
 
 from realm.flows.params import PipelineParams, PretrainParams, RunPreset
+from realm.model.training.stage_inputs import json_digest
 
 SystemName = Literal[
     "bm25", "orqa", "realm", "realm_retriever_baseline_encoder", "baseline_retriever_realm_encoder",
@@ -71,6 +72,13 @@ class ReproduceParams(BaseModel):
         if self.size == "default":
             stages.pretrain = PretrainParams()
         return stages
+
+    def settings_digest(self) -> str:
+        """sha256 of what a row's training depends on besides the question split (which
+        `split_questions` checks): the stages but for the run root and device, the seed, the
+        stale factor."""
+        stages = self.effective_stages().model_dump(mode="json", exclude={"run": {"output", "device"}})
+        return json_digest({"stages": stages, "seed": self.seed, "stale_factor": self.stale_factor})
 
     def repeated_systems(self) -> dict[str, str]:
         """The systems whose training would repeat another row's computation under these

@@ -2,6 +2,8 @@
 
 import pyarrow as pa
 
+from realm.schemas.io import added_on
+
 REPRODUCTION_RESULTS = pa.schema(
     [
         pa.field("system", pa.string(), nullable=False),  # bm25, orqa, realm, or an ablation's name
@@ -14,5 +16,8 @@ REPRODUCTION_RESULTS = pa.schema(
         pa.field("zero_shot_recall_at_5", pa.float64(), nullable=False),  # the retriever before fine-tuning
         pa.field("train_seconds", pa.float64(), nullable=False),  # every stage the system needs, shared ones included
         pa.field("seed", pa.int64(), nullable=False),
+        # `ReproduceParams.settings_digest` of the invocation that trained the row: a later one
+        # with other settings does not carry it over (null in tables written before the column)
+        added_on(pa.field("settings_sha256", pa.string(), nullable=True), "2026-11-28"),
     ]
 )

@@ -15,3 +15,16 @@ def test_the_table_names_each_row_left_untrained_and_the_row_it_would_repeat():
     assert "nq: 146 questions." in markdown
     assert lines[-2:] == ["Not trained:", "- stale_index repeats realm: no index is ever refreshed."]
     assert "Not trained" not in results_markdown(ROWS, {})
+
+
+def test_rows_of_systems_not_retrained_are_kept_only_under_the_same_settings(tmp_path):
+    from realm.flows.reproduce_report import earlier_rows
+    from realm.schemas import REPRODUCTION_RESULTS, write_table
+
+    assert earlier_rows(tmp_path, "a" * 64, ["bm25"]) == []  # no table yet
+    rows = [dict(row, settings_sha256="a" * 64) for row in ROWS]
+    write_table(str(tmp_path / "results.parquet"), rows, REPRODUCTION_RESULTS)
+    assert earlier_rows(tmp_path, "a" * 64, ["bm25"]) == rows[1:]
+    assert earlier_rows(tmp_path, "b" * 64, ["bm25"]) == []  # trained under other settings
+    write_table(str(tmp_path / "results.parquet"), ROWS, REPRODUCTION_RESULTS)  # before rows recorded them
+    assert earlier_rows(tmp_path, "a" * 64, []) == []
