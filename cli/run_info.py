@@ -1,17 +1,22 @@
 """`realm info --run DIR`: what a run folder holds, read from its artifacts alone: the prepared
 corpus's counts, each stage's checkpoints (the best validated one and its exact match), the
 checkpoint and index that answer questions, and every index's lineage (the doc tower and corpus
-snapshot it was built from). Nothing is loaded but JSON manifests and checkpoint states.
+snapshot it was built from). Nothing is loaded but JSON manifests and checkpoint states; a
+step whose files are missing or cut short (sizes against its manifest: nothing is hashed here),
+a summary or manifest that does not parse, is reported as damaged, naming the file, beside the
+rest.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 from realm.model.networks.checkpoint import BEST_DIR, TRAINING_STATE_FILE, checkpoint_extra
 from realm.model.publish import MANIFEST_FILE, published_steps, read_manifest
 from realm.model.qa.trained_run import TrainedRun
+from realm.schemas.manifest import IntegrityError, verify_step
 from realm.schemas.run_layout import RunLayout
 
 STAGES = ("ict", "pretrain", "warmup", "finetune")
@@ -21,11 +26,10 @@ def run_info(root: str | Path) -> dict:
     layout = RunLayout.at(root)
     if not layout.root.is_dir():
         raise FileNotFoundError(f"{root}: no such run folder")
-    summary = layout.root / "summary" / "prepare.json"
     info = {
         "run": str(layout.root),
         "model_preset": layout.model_preset(),
-        "prepare": json.loads(summary.read_text()) if summary.is_file() else None,
+        "prepare": _prepare_summary(layout.root / "summary" / "prepare.json"),
         "stages": {stage: _stage(Path(layout.checkpoints(stage))) for stage in STAGES},
         "indexes": {},
     }
@@ -34,7 +38,10 @@ def run_info(root: str | Path) -> dict:
     for label, index_root in roots.items():
         for step, path in published_steps(index_root):
             if (path / MANIFEST_FILE).is_file():
-                info["indexes"][f"{label}/{step}"] = _index(path)
+                try:
+                    info["indexes"][f"{label}/{step}"] = _index(path)
+                except IntegrityError as problem:
+                    info["indexes"][f"{label}/{step}"] = {"damaged": str(problem)}
     try:
         trained = TrainedRun.at(layout.root)
         info["answers_with"] = {"checkpoint": _relative(trained.checkpoint, layout), "index": _relative(trained.index, layout)}
@@ -43,19 +50,51 @@ def run_info(root: str | Path) -> dict:
     return info
 
 
-def _stage(checkpoint_root: Path) -> dict | None:
-    steps = [(step, path) for step, path in published_steps(checkpoint_root) if (path / TRAINING_STATE_FILE).is_file()]
-    if not steps:
+def _prepare_summary(path: Path) -> dict | None:
+    if not path.is_file():
         return None
-    best = [step for step, path in published_steps(checkpoint_root / BEST_DIR) if (path / TRAINING_STATE_FILE).is_file()]
+    try:
+        return json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        return {"damaged": f"{path}: does not parse ({error})"}
+
+
+def _stage(checkpoint_root: Path) -> dict | None:
+    steps, damaged = _checkpoints(checkpoint_root)
+    if not steps and not damaged:
+        return None
+    best, best_damaged = _checkpoints(checkpoint_root / BEST_DIR)
     stage = {"steps": [step for step, _ in steps]}
     if best:
         # The best checkpoint is saved before its own validation is recorded; the regular
         # checkpoint saved right after it (and every later one) holds the record.
-        recorded = checkpoint_extra(steps[-1][1]).get("best") or {}
-        em = recorded.get("exact_match") if recorded.get("step") == best[-1] else None
-        stage["best"] = {"step": best[-1], "validation_exact_match": em}
+        try:
+            recorded = (checkpoint_extra(steps[-1][1]).get("best") or {}) if steps else {}
+        except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as error:  # torch.load of a state altered in place
+            damaged[str(steps[-1][0])] = f"{steps[-1][1] / TRAINING_STATE_FILE}: does not load ({error})"
+            recorded = {}
+        em = recorded.get("exact_match") if recorded.get("step") == best[-1][0] else None
+        stage["best"] = {"step": best[-1][0], "validation_exact_match": em}
+    damaged |= {f"best/{step}": why for step, why in best_damaged.items()}
+    if damaged:
+        stage["damaged"] = damaged
     return stage
+
+
+def _checkpoints(root: Path) -> tuple[list[tuple[int, Path]], dict[str, str]]:
+    """The steps under `root` whose files are there at the sizes their manifests record (or,
+    written before manifests, that hold their training state), and the others with why not."""
+    intact, damaged = [], {}
+    for step, path in published_steps(root):
+        if not (path / MANIFEST_FILE).is_file() and (path / TRAINING_STATE_FILE).is_file():
+            intact.append((step, path))
+            continue
+        try:
+            verify_step(path, contents=False)
+            intact.append((step, path))
+        except IntegrityError as problem:
+            damaged[str(step)] = str(problem)
+    return intact, damaged
 
 
 def _index(path: Path) -> dict:
@@ -70,13 +109,19 @@ def _relative(path: Path, layout: RunLayout) -> str:
 def format_info(info: dict) -> str:
     lines = [f"run {info['run']} (model preset {info['model_preset'] or 'not recorded'})"]
     prepare = info["prepare"]
-    if prepare:
-        lines.append(
-            f"prepare: {prepare['chunk']['blocks']:,} blocks from {prepare['chunk']['documents']:,} documents, "
-            f"{prepare['trivial']['examples']:,} pre-training examples, {prepare['ict']['examples']:,} ICT examples"
-        )
-    else:
+    if prepare is None:
         lines.append("prepare: no summary/prepare.json")
+    elif "damaged" in prepare:
+        lines.append(f"prepare: {prepare['damaged']}")
+    else:
+        # Beam records a counter only once incremented: a stage that kept nothing has none.
+        def count(stage: str, counter: str) -> str:
+            return f"{prepare.get(stage, {}).get(counter, 0):,}"
+
+        lines.append(
+            f"prepare: {count('chunk', 'blocks')} blocks from {count('chunk', 'documents')} documents, "
+            f"{count('trivial', 'examples')} pre-training examples, {count('ict', 'examples')} ICT examples"
+        )
     lines.append("checkpoints:")
     for stage, found in info["stages"].items():
         if found is None:
@@ -85,12 +130,16 @@ def format_info(info: dict) -> str:
         best = found.get("best")
         em = best and best["validation_exact_match"]
         best_text = f"; best {best['step']}" + (f" (validation EM {em:.3f})" if em is not None else "") if best else ""
-        lines.append(f"  {stage:<9} steps {', '.join(map(str, found['steps']))}{best_text}")
+        lines.append(f"  {stage:<9} steps {', '.join(map(str, found['steps'])) or 'none intact'}{best_text}")
+        lines += [f"  {'':<9} damaged {step}: {why}" for step, why in found.get("damaged", {}).items()]
     answers = info["answers_with"]
     lines.append("answers with: " + (answers.get("missing") or f"{answers['checkpoint']} over {answers['index']}"))
     lines.append("indexes:")
     for name, index in info["indexes"].items():
-        lineage = index["lineage"]
+        lineage = index.get("lineage")
+        if "damaged" in index:
+            lines.append(f"  {name:<24} damaged: {index['damaged']}")
+            continue
         if index["type"] == "bm25":
             built = "BM25 over the run's blocks (no doc tower)"
         elif lineage is None:

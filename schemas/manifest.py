@@ -35,8 +35,9 @@ def read_manifest(directory: str | os.PathLike) -> dict:
         raise IntegrityError(f"{path}: does not parse ({error})") from None
 
 
-def verify_step(directory: str | os.PathLike) -> dict:
-    """The manifest of `directory` once every file it lists is there with its size and sha256;
+def verify_step(directory: str | os.PathLike, *, contents: bool = True) -> dict:
+    """The manifest of `directory` once every file it lists is there with its size and sha256
+    (without `contents`, its size only: a stat per file, for reports that read no weights);
     else `IntegrityError` naming the first file that is not and what is wrong with it."""
     directory = Path(directory)
     manifest = read_manifest(directory)
@@ -49,7 +50,7 @@ def verify_step(directory: str | os.PathLike) -> dict:
         size = path.stat().st_size
         if "size" in listed and size != listed["size"]:
             raise IntegrityError(f"{path}: size {size}, {MANIFEST_FILE} says {listed['size']}")
-    for name, listed in files.items():
+    for name, listed in files.items() if contents else ():
         if file_sha256(directory / name) != listed["sha256"]:
             raise IntegrityError(f"{directory / name}: sha256 does not match {MANIFEST_FILE} (corrupt)")
     return manifest

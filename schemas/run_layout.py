@@ -97,9 +97,12 @@ class RunLayout:
         return RunLayout(self.root / CORPORA_DIR / name)
 
     def corpora(self) -> list[str]:
-        """Names of the corpora indexed for this run besides its own."""
+        """Names of the corpora indexed for this run besides its own (a directory there whose
+        name `corpus` refuses, e.g. a file system's `.snapshot`, is none of them)."""
         folder = self.root / CORPORA_DIR
-        return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+        if not folder.is_dir():
+            return []
+        return sorted(p.name for p in folder.iterdir() if p.is_dir() and _CORPUS_NAME.fullmatch(p.name))
 
     def predictions_file(self, dataset: str) -> Path:
         """`predictions/<dataset>.parquet`; refused unless it lies inside the run's predictions/

@@ -41,6 +41,13 @@ class TrainedRun:
             raise FileNotFoundError(f"{layout.root}: no such directory")
         checkpoint = checkpoint or published_checkpoint(layout)
         if checkpoint is None:
+            finetune = Path(layout.checkpoints("finetune"))
+            newest = finetune if published_steps(finetune) else finetune / BEST_DIR
+            if published_steps(newest):
+                raise FileNotFoundError(
+                    f"{_why_unusable(newest)}; no fine-tuned checkpoint of {layout.root} is intact: restore it, or "
+                    "fine-tune again"
+                )
             raise FileNotFoundError(f"{layout.root}: not a trained run (no checkpoints/finetune/; fine-tune it first)")
         if corpus is None:
             blocks, index = layout.blocks, index_path or trained_index(layout, checkpoint)
@@ -76,11 +83,11 @@ def published_checkpoint(layout: RunLayout) -> Path | None:
     return checkpoint
 
 
-def _why_unusable(best: Path) -> str:
-    """What keeps the newest checkpoint under `best` from being read, naming the file."""
-    steps = published_steps(best)
+def _why_unusable(root: Path) -> str:
+    """What keeps the newest checkpoint under `root` from being read, naming the file."""
+    steps = published_steps(root)
     if not steps:
-        return f"{best}: no checkpoint"
+        return f"{root}: no checkpoint"
     try:
         verify_step(steps[-1][1])
     except IntegrityError as problem:

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 import realm.flows.realm_pretrain
@@ -143,7 +145,6 @@ def test_realm_index_then_ask_from_the_other_corpus(trained_run, blocks_table, b
 
 
 def test_realm_info_shows_stages_what_answers_and_each_indexs_lineage(trained_run, capsys):
-    from pathlib import Path
 
     from realm.cli.run_info import run_info
     from realm.model.index.lineage import corpus_fingerprint, doc_tower_fingerprint
@@ -176,3 +177,41 @@ def test_realm_info_shows_stages_what_answers_and_each_indexs_lineage(trained_ru
     assert any(line.startswith("  corpora/copy/index/0     flat, 8 blocks: doc tower step 0") and line.endswith(
         "8 embedded, 0 reused, 0 dropped") for line in out)
     assert main(["info", "--run", str(trained_run.root / "nowhere")]) == 2
+
+
+def test_realm_info_reports_what_is_damaged_beside_the_rest(trained_run, capsys):
+    import shutil
+
+    from realm.cli.run_info import run_info
+
+    finetune = Path(trained_run.checkpoints("finetune"))
+    shutil.copytree(finetune / "4", finetune / "best" / "4")
+    state = finetune / "4" / "training_state.pt"
+    state.write_bytes(state.read_bytes()[:100])  # cut short
+    (trained_run.root / "summary").mkdir()
+    (trained_run.root / "summary" / "prepare.json").write_text('{"chunk": {"documents": 3}}')  # Beam kept no blocks
+    (trained_run.root / "corpora" / ".snapshot").mkdir(parents=True)  # not a corpus realm made
+    (Path(trained_run.index) / "0" / "manifest.json").write_text("{")
+
+    info = run_info(trained_run.root)
+    assert info["stages"]["finetune"] == {
+        "steps": [], "best": {"step": 4, "validation_exact_match": None},
+        "damaged": {"4": f"{state}: size 100, manifest.json says {(finetune / 'best' / '4' / 'training_state.pt').stat().st_size}"},
+    }
+    assert info["indexes"]["index/0"]["damaged"].startswith(f"{trained_run.index}/0/manifest.json: does not parse")
+    assert info["answers_with"] == {"checkpoint": "checkpoints/finetune/best/4", "index": "index/0"}
+    assert main(["info", "--run", str(trained_run.root)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "prepare: 0 blocks from 3 documents, 0 pre-training examples, 0 ICT examples" in out
+    assert "  finetune  steps none intact; best 4" in out
+    assert f"            damaged 4: {state}: size 100" in "\n".join(out)
+    assert any(line.startswith("  index/0                  damaged: ") for line in out)
+
+    shutil.rmtree(finetune / "best")  # the damaged step alone: named, not "fine-tune it first"
+    (trained_run.root / "summary" / "prepare.json").write_text("{")
+    info = run_info(trained_run.root)
+    assert info["answers_with"]["missing"] == (
+        f"{state}: size 100, manifest.json says {info['stages']['finetune']['damaged']['4'].split('says ')[1]}; "
+        f"no fine-tuned checkpoint of {trained_run.root} is intact: restore it, or fine-tune again"
+    )
+    assert info["prepare"]["damaged"].startswith(f"{trained_run.root}/summary/prepare.json: does not parse")
