@@ -26,6 +26,8 @@ from realm.model.publish import read_manifest, replace_dir
 from realm.model.networks.config import ModelConfig
 from realm.model.qa.trained_run import TrainedRun
 from realm.schemas import BLOCK_ENTITIES, BLOCKS, read_table, write_table
+from realm.schemas.io import parquet_files
+from realm.schemas.leftovers import remove_leftovers
 from realm.schemas.run_layout import RunLayout
 
 
@@ -73,23 +75,48 @@ def index_other_corpus(
     entities = tagged_entities(source)
     other = RunLayout.at(run_root).corpus(name)
     blocks, tagged = read_table(str(source), BLOCKS), read_table(entities, BLOCK_ENTITIES)
+    if blocks.num_rows == 0:
+        raise ValueError(f"{source}: the corpus holds no blocks")
+    _check_ids_unique(blocks, source)
     entities_in_id_order(tagged, np.sort(blocks["block_id"].to_numpy()), entities)
-    staged_blocks = _stage(blocks, Path(other.blocks), BLOCKS)
-    staged_entities = _stage(tagged, Path(other.block_entities), BLOCK_ENTITIES)
-    update = index_corpus(
-        str(staged_blocks), str(snapshot), step, other.embeddings, other.index, ModelConfig.preset(trained.model_preset),
-        length, device, corpus_name=name, source=str(source.resolve()),
-    )
-    # A crash between the two leaves entities that tag other blocks: loading them refuses that, naming them, and
-    # indexing the name again mends it.
-    replace_dir(staged_entities, Path(other.block_entities))
-    replace_dir(staged_blocks, Path(other.blocks))
+    remove_leftovers(other.root)  # the staged copies of an attempt that was killed
+    staged: list[Path] = []
+    try:
+        staged_blocks = _stage(blocks, Path(other.blocks), BLOCKS, staged)
+        staged_entities = _stage(tagged, Path(other.block_entities), BLOCK_ENTITIES, staged)
+        update = index_corpus(
+            str(staged_blocks), str(snapshot), step, other.embeddings, other.index,
+            ModelConfig.preset(trained.model_preset), length, device, corpus_name=name, source=str(source.resolve()),
+        )
+        # A crash between the two leaves entities that tag other blocks: loading them refuses that, naming them,
+        # and indexing the name again mends it.
+        replace_dir(staged_entities, Path(other.block_entities))
+        replace_dir(staged_blocks, Path(other.blocks))
+    finally:  # a failed attempt leaves no copy of the corpus behind (a replaced one is gone already)
+        for path in staged:
+            shutil.rmtree(path, ignore_errors=True)
     return update
 
 
-def _stage(table: pa.Table, target: Path, schema: pa.Schema) -> Path:
-    """`table` written through `schema` beside `target` under a hidden name."""
-    staged = target.with_name(f".{target.name}-staging-{os.getpid()}")
-    shutil.rmtree(staged, ignore_errors=True)
-    write_table(str(staged / "part-00000.parquet"), table, schema)
-    return staged
+def _check_ids_unique(blocks: pa.Table, source: Path) -> None:
+    """A ValueError naming a block id that several rows hold and the files holding it (two
+    prepared corpora's shards copied into one blocks/ directory repeat ids)."""
+    ids, counts = np.unique(blocks["block_id"].to_numpy(), return_counts=True)
+    if (counts > 1).any():
+        repeated = int(ids[counts > 1][0])
+        files = [Path(f).name for f in parquet_files(str(source))
+                 if repeated in read_table(f, BLOCKS, columns=["block_id"])["block_id"].to_pylist()]
+        raise ValueError(
+            f"{source}: block_id {repeated} is held by {int(counts[ids == repeated][0])} rows (in {', '.join(files)}); "
+            f"{int((counts > 1).sum())} ids repeat in all: each block needs its own id"
+        )
+
+
+def _stage(table: pa.Table, target: Path, schema: pa.Schema, staged: list[Path]) -> Path:
+    """`table` written through `schema` beside `target` under a hidden name (a leftover's, should
+    the process be killed: `realm.schemas.leftovers`), added to `staged`."""
+    path = target.with_name(f".staging-{target.name}-{os.getpid()}")
+    staged.append(path)
+    shutil.rmtree(path, ignore_errors=True)
+    write_table(str(path / "part-00000.parquet"), table, schema)
+    return path

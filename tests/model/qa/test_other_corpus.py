@@ -49,6 +49,18 @@ def test_what_cannot_be_indexed_is_named(tmp_path, trained_run, blocks_table, bl
     with pytest.raises(ArtifactError, match=f"^{mistagged}/block_entities: block .* is not in the blocks"):
         index_other_corpus(trained_run.root, mistagged, "mistagged")
     assert not (trained_run.root / "corpora" / "mistagged").exists()
+    empty = tmp_path / "empty"
+    write_corpus(f"{empty}/blocks", blocks_table.slice(0, 0), block_entities_table.slice(0, 0))
+    with pytest.raises(ValueError, match=f"^{empty}/blocks: the corpus holds no blocks$"):
+        index_other_corpus(trained_run.root, empty, "empty")
+    merged = tmp_path / "merged"  # two prepared corpora's shards copied together: one block in both
+    write_table(str(merged / "blocks" / "part-0.parquet"), blocks_table.slice(0, 3), BLOCKS)
+    write_table(str(merged / "blocks" / "part-1.parquet"), blocks_table.slice(2), BLOCKS)
+    write_table(str(merged / "block_entities" / "part-0.parquet"), block_entities_table, BLOCK_ENTITIES)
+    repeated = blocks_table["block_id"][2].as_py()
+    with pytest.raises(ValueError, match=rf"^{merged}/blocks: block_id {repeated} is held by 2 rows \(in part-0.parquet, "
+                                         r"part-1.parquet\); 1 ids repeat in all"):
+        index_other_corpus(trained_run.root, merged, "merged")
     with pytest.raises(ValueError, match="must be letters, digits"):
         index_other_corpus(trained_run.root, trained_run.root, "../escape")
     with pytest.raises(FileNotFoundError, match="no corpus 'missing' indexed for this run"):
@@ -58,3 +70,15 @@ def test_what_cannot_be_indexed_is_named(tmp_path, trained_run, blocks_table, bl
     (trained_run.snapshots / "0" / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="the doc tower that embedded .* is gone"):
         index_other_corpus(trained_run.root, trained_run.root, "own")
+
+
+def test_a_failed_indexing_leaves_no_copy_of_the_corpus(trained_run, monkeypatch):
+    import realm.model.qa.other_corpus
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("the disk filled up")
+
+    monkeypatch.setattr(realm.model.qa.other_corpus, "index_corpus", fail)
+    with pytest.raises(RuntimeError, match="the disk filled up"):
+        index_other_corpus(trained_run.root, trained_run.root, "copy")
+    assert [p.name for p in (trained_run.root / "corpora" / "copy").iterdir()] == []
