@@ -16,6 +16,7 @@ of one per request, and questions that arrive together share it.
 from __future__ import annotations
 
 import asyncio
+import json
 import queue
 import threading
 from collections.abc import Sequence
@@ -24,8 +25,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib.resources import files
 
-from fastapi import FastAPI, HTTPException
-from fastapi.responses import HTMLResponse
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from realm.model.qa.answering import Answerer, Prediction
@@ -55,7 +58,9 @@ class EvidenceBlock(BaseModel):
     title: str
     text: str
     probability: float
-    answer_start: int | None  # the answer's character offsets in `text`, in the block it was read from
+    # The answer's offsets in `text` (in the block it was read from), in code points, as Python
+    # indexes strings (JavaScript counts UTF-16 units: the page slices `Array.from(text)`).
+    answer_start: int | None
     answer_end: int | None
 
 
@@ -130,6 +135,11 @@ class AnswerQueue:
         for item in batch:
             groups.setdefault((item.num_read, item.num_retrieve), []).append(item)
         for (num_read, num_retrieve), items in groups.items():
+            # A request given up (its client's future cancelled) is dropped; the others can no
+            # longer be cancelled, so answering them cannot fail on one gone meanwhile.
+            items = [item for item in items if item.future.set_running_or_notify_cancel()]
+            if not items:
+                continue
             try:
                 predictions = self.answerer.answer([i.question for i in items], num_read, num_retrieve)
             except Exception as error:  # handed to the requests that asked; the queue serves on
@@ -168,6 +178,13 @@ def create_app(answerer: Answerer, run: str, max_batch: int = MAX_BATCH, workers
 
     app = FastAPI(title="realm", description=f"Answers with evidence from the trained run {run}", lifespan=lifespan)
     app.state.answer_queue = answers
+
+    @app.exception_handler(RequestValidationError)
+    async def refused(request: Request, error: RequestValidationError) -> Response:
+        # FastAPI's own handler echoes the input, and a lone surrogate in it does not encode as
+        # UTF-8: the refusal became a 500. ASCII-escaped JSON carries any input.
+        body = json.dumps({"detail": jsonable_encoder(error.errors())}, ensure_ascii=True)
+        return Response(body, status_code=422, media_type="application/json")
     page = files("realm.cli").joinpath("page.html").read_text(encoding="utf-8")
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -183,6 +200,8 @@ def create_app(answerer: Answerer, run: str, max_batch: int = MAX_BATCH, workers
 
     @app.post("/ask")
     async def ask(request: AskRequest) -> AskResponse:
+        if why := answerer.why_unreadable(request.question):
+            raise HTTPException(status_code=422, detail=why)
         num_retrieve = max(request.num_read, request.evidence)
         prediction = await asyncio.wrap_future(answers.submit(request.question, request.num_read, num_retrieve))
         return _response(prediction, request.evidence)

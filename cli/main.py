@@ -280,6 +280,7 @@ def _serve(args: argparse.Namespace, extra: list[str]) -> int:
     from realm.cli.http_app import create_app
     from realm.model.networks.device import usable_cores
 
+    _check_can_listen(args.host, args.port)  # before the model loads, not after
     answerer = _run_answerer(args.run, args.device, args.index, args.bf16_reader)
     # One worker per core, each forward on one torch thread: a forward split across cores waits
     # at every op for the slowest core, which another process on the machine stalls (README,
@@ -289,6 +290,26 @@ def _serve(args: argparse.Namespace, extra: list[str]) -> int:
     print(f"realm: serving {args.run} on http://{args.host}:{args.port}/ (Ctrl-C stops)")
     uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
     return 0
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535)")
+    return int(text)
+
+
+def _check_can_listen(host: str, port: int) -> None:
+    """SystemExit naming the reason when no server could listen on host:port (a name that does
+    not resolve, an address not on this machine, a port taken or privileged)."""
+    import socket
+
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, protocol) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(address)
+    except OSError as error:  # socket.gaierror included
+        raise SystemExit(f"realm serve: cannot listen on {host}:{port}: {error.strerror or error}") from None
 
 
 def _run_answerer(run_root: str, device: str | None, corpus: str | None = None, bf16_reader: bool = False):
@@ -308,6 +329,8 @@ def _run_answerer(run_root: str, device: str | None, corpus: str | None = None, 
 
 
 def _print_answer(answerer, question: str, num_read: int, evidence: int) -> None:
+    if why := answerer.why_unreadable(question):
+        raise SystemExit(f"realm ask: {why}")
     (prediction,) = answerer.answer([question], num_read=num_read, num_retrieve=max(num_read, evidence))
     print(f"answer: {prediction.answer}  (p = {prediction.probability:.3f})")
     print("evidence:")
@@ -440,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="answer over HTTP, with a web page (FastAPI)")
     serve.add_argument("--run", required=True, help="run root")
     serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (loopback unless told otherwise)")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=_port, default=8000)
     serve.add_argument("--device")
     serve.add_argument(
         "--bf16-reader", action="store_true",

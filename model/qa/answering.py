@@ -230,6 +230,15 @@ class Answerer:
             str(run.checkpoint), str(run.index), run.blocks, ModelConfig.preset(run.model_preset), device, bf16_reader
         )
 
+    def why_unreadable(self, question: str) -> str | None:
+        """Why the towers cannot read `question` (text that is not UTF-8, or only characters
+        that give no wordpiece: zero-width spaces, controls), None when they can."""
+        try:
+            question.encode("utf-8")
+        except UnicodeEncodeError:  # a command line's undecodable bytes, kept as lone surrogates
+            return "the question is not UTF-8 text"
+        return None if self.tokenizer.encode(question) else "the question has no word the model reads"
+
     @torch.inference_mode()
     def answer(
         self,

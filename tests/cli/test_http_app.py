@@ -49,6 +49,43 @@ def test_bad_questions_are_refused_with_the_reason(client, payload, reason):
     assert reason in " ".join(d["msg"] for d in response.json()["detail"])
 
 
+def test_a_question_that_is_not_text_or_has_no_word_is_refused(client):
+    # A lone surrogate: refused by validation, and the refusal (which echoes it) still encodes.
+    response = client.post("/ask", content=b'{"question": "caf\\udce9"}', headers={"Content-Type": "application/json"})
+    assert response.status_code == 422 and response.json()["detail"][0]["input"] == "caf\udce9"
+    for question in ("\u200b\u200b", "\u0000", "\u00ad"):  # no wordpiece
+        response = client.post("/ask", json={"question": question})
+        assert (response.status_code, response.json()) == (422, {"detail": "the question has no word the model reads"})
+
+
+def test_a_request_given_up_is_dropped_and_the_queue_serves_on(answerer):
+    from realm.cli.http_app import AnswerQueue
+
+    started, release = threading.Event(), threading.Event()
+    answer = answerer.answer
+
+    def held(questions, *args):
+        started.set()
+        assert release.wait(timeout=60)
+        return answer(questions, *args)
+
+    answerer.answer = held
+    answers = AnswerQueue(answerer)
+    try:
+        first = answers.submit(QUESTIONS[0], 5, 5)
+        assert started.wait(timeout=60)  # the worker holds the first; the next two wait in the queue
+        given_up, kept = answers.submit(QUESTIONS[1], 5, 5), answers.submit(QUESTIONS[2], 5, 5)
+        assert given_up.cancel()
+        release.set()
+        assert first.result(timeout=60).question == QUESTIONS[0]
+        assert kept.result(timeout=60).question == QUESTIONS[2]
+        assert answers.submit(QUESTIONS[0], 5, 5).result(timeout=60).question == QUESTIONS[0]  # still serving
+    finally:
+        release.set()
+        answers.close()
+    assert answers.answered == 3
+
+
 def test_blocks_health_and_the_page(client):
     block_id, title, text = CORPUS[3]
     assert client.get(f"/blocks/{block_id}").json() == {"block_id": str(block_id), "title": title, "text": text}

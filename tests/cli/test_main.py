@@ -129,6 +129,25 @@ def test_answering_reads_the_prepared_entities_and_never_loads_spacy(trained_run
     assert done.stdout.splitlines()[-1] == "no spacy 0", done.stderr
 
 
+def test_a_question_or_address_that_cannot_serve_is_refused_in_one_line(trained_run, capsys):
+    import socket
+
+    for question, why in (("\u200b", "the question has no word the model reads"),
+                          ("caf\udce9 paris", "the question is not UTF-8 text")):  # undecodable argv bytes
+        with pytest.raises(SystemExit, match=f"^realm ask: {why}$"):
+            main(["ask", "--run", str(trained_run.root), question])
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--run", str(trained_run.root), "--port", "70000"])
+    assert exit_.value.code == 2 and "argument --port: '70000' is not a port (0-65535)" in capsys.readouterr().err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SystemExit, match=f"^realm serve: cannot listen on 127.0.0.1:{port}: Address already in use$"):
+            main(["serve", "--run", str(trained_run.root), "--port", str(port)])
+    assert "serving" not in capsys.readouterr().out
+
+
 def test_realm_index_then_ask_from_the_other_corpus(trained_run, blocks_table, block_entities_table, tmp_path, capsys):
     write_corpus(str(tmp_path / "nile" / "blocks"), blocks_table.slice(5, 1), block_entities_table)  # the Nile's block
     assert main(["index", "--run", str(trained_run.root), "--corpus", str(tmp_path / "nile"), "--name", "nile"]) == 0

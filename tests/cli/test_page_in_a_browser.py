@@ -54,5 +54,18 @@ def test_a_question_typed_into_the_page_shows_the_answer_marked_in_its_block(ser
             page.click("#submit")
             page.wait_for_function("document.getElementById('error').textContent.length > 0")
             assert "the question is blank" in page.inner_text("#error")
+
+            # The API's offsets count code points: characters outside the BMP before the answer
+            # (two UTF-16 units each in JavaScript) must not shift the mark.
+            text = "Emoji \U0001F600\U0001F600 then Paris is the capital."
+            start = text.index("Paris")
+            block = {"block_id": "1", "title": "T", "text": text, "probability": 1.0,
+                     "answer_start": start, "answer_end": start + len("Paris")}
+            page.route("**/ask", lambda route: route.fulfill(json={
+                "question": "q", "answer": "Paris", "probability": 0.5, "block_id": "1", "evidence": [block]}))
+            page.fill("#question", "which city?")
+            page.click("#submit")
+            page.wait_for_function("document.querySelector('#answer strong').textContent === 'Paris'")
+            assert page.locator(".block.read mark").inner_text() == "Paris"
         finally:
             browser.close()
