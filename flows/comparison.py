@@ -91,6 +91,11 @@ def compare(run_roots: list[str]) -> dict[str, list[dict]]:
     from realm.schemas import MASKED_SPAN_OUTCOMES, PREDICTIONS
 
     layouts = [RunLayout.at(root) for root in run_roots]
+    for i, layout in enumerate(layouts):
+        if not layout.root.is_dir():
+            raise FileNotFoundError(f"{run_roots[i]}: no such directory")
+        if layout.root in (earlier := [other.root for other in layouts[:i]]):
+            raise ValueError(f"{run_roots[i]} is {run_roots[earlier.index(layout.root)]} again; name each run once")
     predictions = [_results(layout.predictions, PREDICTIONS) for layout in layouts]
     masked_spans = [_results(layout.masked_spans, MASKED_SPAN_OUTCOMES) for layout in layouts]
     found = {}
@@ -217,9 +222,24 @@ def _compare_masked_spans(run_roots: list[str], tables: list[dict[str, list[dict
     return rows
 
 
+def display_names(run_roots: list[str]) -> dict[str, str]:
+    """Each run's folder name, or as many of its path's last parts as tell it from the others
+    (`repro_a/systems/orqa` against `repro_b/systems/orqa`)."""
+    paths = [RunLayout.at(root).root.parts for root in run_roots]
+
+    def name(i: int) -> str:
+        for depth in range(1, len(paths[i]) + 1):
+            suffix = paths[i][-depth:]
+            if all(other[-depth:] != suffix for j, other in enumerate(paths) if j != i):
+                return "/".join(suffix)
+        return str(Path(*paths[i]))
+
+    return {root: name(i) for i, root in enumerate(run_roots)}
+
+
 def comparison_markdown(found: dict[str, list[dict]], run_roots: list[str]) -> str:
     """`compare`'s tables: the questions', then the masked spans'."""
-    names = {root: Path(root).name or root for root in run_roots}
+    names = display_names(run_roots)
     tables = []
     if "questions" in found:
         tables.append(_questions_markdown(found["questions"], names))

@@ -79,6 +79,7 @@ def test_runs_that_answered_other_questions_are_refused(tmp_path):
     other = _evaluated(tmp_path / "b", "nq", [(True, 0)])
     with pytest.raises(ValueError, match="nq: .* answered different questions"):
         compare([baseline, other])
+    (tmp_path / "c").mkdir()  # a run folder holding neither kind of result
     with pytest.raises(FileNotFoundError, match="no predictions .* and no masked_spans/"):
         compare([baseline, str(tmp_path / "c")])
 
@@ -220,3 +221,17 @@ def test_an_empty_set_of_masked_span_outcomes_is_refused_naming_it(tmp_path):
     run = _pretrained(tmp_path / "a", "held_out", [])
     with pytest.raises(ValueError, match=r"^masked_spans/held_out: .* holds no examples"):
         compare([run])
+
+
+def test_runs_of_one_folder_name_are_told_apart_and_a_run_named_twice_or_missing_is_refused(tmp_path):
+    outcomes = [(True, 0), (False, 1)]
+    first = _evaluated(tmp_path / "repro_a" / "systems" / "orqa", "nq", outcomes)
+    second = _evaluated(tmp_path / "repro_b" / "systems" / "orqa", "nq", outcomes)
+    bm25 = _evaluated(tmp_path / "repro_b" / "systems" / "bm25", "nq", outcomes)
+    markdown = comparison_markdown(compare([first, second, bm25]), [first, second, bm25])
+    assert "| nq | repro_a/systems/orqa | 2 |" in markdown and "| nq | repro_b/systems/orqa | 2 |" in markdown
+    assert "| nq | bm25 | 2 |" in markdown
+    with pytest.raises(ValueError, match=f"^{first}/. is {first} again; name each run once$"):
+        compare([first, bm25, f"{first}/."])
+    with pytest.raises(FileNotFoundError, match=f"^{tmp_path}/orqq: no such directory$"):
+        compare([first, str(tmp_path / "orqq")])

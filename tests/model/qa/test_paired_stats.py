@@ -22,3 +22,15 @@ def test_bootstrap_interval_brackets_the_accuracy_and_narrows_with_more_examples
     assert bootstrap_interval([True] * 5) == (1.0, 1.0)
     assert all(math.isnan(v) for v in bootstrap_interval([]))
     assert bootstrap_interval([True, False] * 20) == bootstrap_interval([True, False] * 20)  # seeded
+
+
+def test_bootstrap_resamples_in_chunks_give_the_interval_of_one_draw_of_them_all(monkeypatch):
+    import numpy as np
+
+    import realm.model.qa.paired_stats
+
+    correct = (np.random.default_rng(1).random(1234) < 0.3).astype(np.float64)
+    means = correct[np.random.default_rng(0).integers(0, correct.size, size=(500, correct.size))].mean(axis=1)
+    whole = tuple(np.quantile(means, [0.025, 0.975]))
+    monkeypatch.setattr(realm.model.qa.paired_stats, "_DRAWS_PER_CHUNK", 100 * correct.size + 7)  # 100 rows, 5 chunks
+    assert bootstrap_interval(correct, resamples=500) == pytest.approx(whole, abs=1e-12)  # the same draws
