@@ -223,9 +223,11 @@ class MipsIndex:
             scores, rows = self.index.search(queries, k)  # [q, k] x2, exact already
             return _top_k(scores, rows, k, self.block_ids)
         shortlist = min(k * self.config.shortlist_factor, self.count)
-        if self.config.kind == "hnsw":
-            self.index.hnsw.efSearch = max(self.config.ef_search, shortlist)
-        _, rows = self.index.search(queries, shortlist)  # [q, shortlist], -1 where none
+        # HNSW needs efSearch >= the shortlist to fill it; passed per call, since setting it on
+        # the shared index would race between threads searching at once (the HTTP workers).
+        params = (faiss.SearchParametersHNSW(efSearch=max(self.config.ef_search, shortlist))
+                  if self.config.kind == "hnsw" else None)
+        _, rows = self.index.search(queries, shortlist, params=params)  # [q, shortlist], -1 where none
         shortlist_vectors = self.vectors[rows.clip(min=0)]  # [q, shortlist, dim] float32
         exact = np.einsum("qd,qsd->qs", queries, shortlist_vectors)  # [q, shortlist]
         return _top_k(exact, rows, k, self.block_ids)

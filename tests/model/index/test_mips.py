@@ -167,3 +167,13 @@ def test_publish_keeps_last_n_and_replaces_same_step(tmp_path):
     index.save(tmp_path, step=4, keep=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["3", "4"]
     assert latest_published(tmp_path) == tmp_path / "4"
+
+
+def test_an_hnsw_search_fills_its_shortlist_without_touching_the_shared_index():
+    # Threads answering at once (the HTTP workers) share one index: a knob set by one search
+    # would be another's, sized for another k.
+    vectors, block_ids, queries = _clustered(2000)
+    index = MipsIndex.build(vectors, block_ids, IndexConfig(kind="hnsw", ef_search=16))
+    before = index.index.hnsw.efSearch
+    scores, _ = index.search(queries, 50)  # a shortlist of 50 x shortlist_factor > efSearch
+    assert np.isfinite(scores).all() and index.index.hnsw.efSearch == before
