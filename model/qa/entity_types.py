@@ -11,24 +11,34 @@ that type's learned vector.
 
 from __future__ import annotations
 
+import functools
+
 from realm.model.index.block_store import BlockStore
 from realm.model.networks.entity_types import wordpiece_entity_types
 from realm.model.networks.reader import body_offsets
 from realm.model.tokenization import WordPieceTokenizer
 
 
+# Blocks whose types are kept: every block of the vital corpus (~13k) many times over, so
+# training maps each once; a server over a Wikipedia-sized corpus (`realm index`) keeps the
+# most recently read (~2 KB each) instead of every block it ever read.
+MAX_CACHED_BLOCKS = 100_000
+
+
 class BlockEntityTypes:
-    """Body wordpieces' entity types by block id, mapped on first use and kept. `blocks` must
+    """Body wordpieces' entity types by block id, mapped on first use and kept for the
+    `max_blocks` most recently read (thread-safe: the HTTP workers share one). `blocks` must
     hold text and entities (`BlockStore.from_parquet(path, with_text=True, with_entities=True)`)."""
 
-    def __init__(self, blocks: BlockStore, tokenizer: WordPieceTokenizer):
+    def __init__(self, blocks: BlockStore, tokenizer: WordPieceTokenizer, max_blocks: int = MAX_CACHED_BLOCKS):
         self.blocks = blocks
         self.tokenizer = tokenizer
-        self._types: dict[int, list[int]] = {}
+        self._cached = functools.lru_cache(maxsize=max_blocks)(self._types)
 
     def __call__(self, block_id: int) -> list[int]:
-        if block_id not in self._types:
-            body, text = self.blocks.body_ids(block_id), self.blocks.text(block_id)
-            offsets = body_offsets(self.tokenizer, body, text)
-            self._types[block_id] = wordpiece_entity_types(offsets, len(body), self.blocks.entities(block_id))
-        return self._types[block_id]
+        return self._cached(block_id)
+
+    def _types(self, block_id: int) -> list[int]:
+        body, text = self.blocks.body_ids(block_id), self.blocks.text(block_id)
+        offsets = body_offsets(self.tokenizer, body, text)
+        return wordpiece_entity_types(offsets, len(body), self.blocks.entities(block_id))

@@ -13,3 +13,18 @@ def test_a_blocks_body_wordpieces_carry_the_types_of_the_entities_tagged_beside_
     assert pieces["polish"] == ENTITY_TYPE_IDS["NORP"]
     assert pieces["physicist"] == pieces["was"] == 0
     assert entity_types(-42) is types  # kept, not mapped again
+
+
+def test_only_the_most_recently_read_blocks_are_kept(qa_corpus, tokenizer):
+    blocks = BlockStore.from_parquet(qa_corpus[0], with_text=True, with_entities=True)
+    entity_types = BlockEntityTypes(blocks, tokenizer, max_blocks=2)
+    blocks_types = BlockEntityTypes(blocks, tokenizer)
+    first = entity_types(-42)
+    entity_types(11)
+    assert entity_types(-42) is first  # read again: the most recent now
+    entity_types(23)  # pushes out 11, the least recently read
+    assert entity_types(-42) is first
+    assert entity_types(11) == blocks_types(11)  # mapped again; -42 the least recent now
+    entity_types(23)
+    again = entity_types(-42)
+    assert again is not first and again == first
