@@ -38,15 +38,16 @@ def run_info(root: str | Path) -> dict:
     for label, index_root in roots.items():
         for step, path in published_steps(index_root):
             if (path / MANIFEST_FILE).is_file():
-                try:
-                    info["indexes"][f"{label}/{step}"] = _index(path)
-                except IntegrityError as problem:
-                    info["indexes"][f"{label}/{step}"] = {"damaged": str(problem)}
+                info["indexes"][f"{label}/{step}"] = _index(path)
     try:
         trained = TrainedRun.at(layout.root)
         info["answers_with"] = {"checkpoint": _relative(trained.checkpoint, layout), "index": _relative(trained.index, layout)}
     except FileNotFoundError as error:
         info["answers_with"] = {"missing": str(error)}
+    else:
+        # An index in another run (a reproduction's systems answer from base/index/): its lineage too.
+        if not trained.index.is_relative_to(layout.root) and (trained.index / MANIFEST_FILE).is_file():
+            info["indexes"][str(trained.index)] = _index(trained.index)
     return info
 
 
@@ -98,7 +99,10 @@ def _checkpoints(root: Path) -> tuple[list[tuple[int, Path]], dict[str, str]]:
 
 
 def _index(path: Path) -> dict:
-    manifest = read_manifest(path)
+    try:
+        manifest = read_manifest(path)
+    except IntegrityError as problem:  # a manifest that does not parse
+        return {"damaged": str(problem)}
     return {"type": manifest.get("index_type"), "blocks": manifest.get("count"), "lineage": manifest.get("lineage")}
 
 

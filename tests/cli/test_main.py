@@ -234,3 +234,19 @@ def test_realm_info_reports_what_is_damaged_beside_the_rest(trained_run, capsys)
         f"no fine-tuned checkpoint of {trained_run.root} is intact: restore it, or fine-tune again"
     )
     assert info["prepare"]["damaged"].startswith(f"{trained_run.root}/summary/prepare.json: does not parse")
+
+
+def test_realm_info_shows_the_lineage_of_an_index_in_another_run(trained_run, tmp_path):
+    # As a reproduction's systems answer from the base run's index.
+    import shutil
+
+    from realm.cli.run_info import run_info
+    from realm.model.networks.checkpoint import load_components, save_checkpoint
+
+    elsewhere = tmp_path / "base" / "index" / "0"
+    shutil.copytree(Path(trained_run.index) / "0", elsewhere)
+    finetune = Path(trained_run.checkpoints("finetune"))
+    save_checkpoint(finetune, 5, load_components(finetune / "4"), paths={"index": elsewhere})
+    info = run_info(trained_run.root)
+    assert info["answers_with"] == {"checkpoint": "checkpoints/finetune/5", "index": str(elsewhere)}
+    assert info["indexes"][str(elsewhere)] == info["indexes"]["index/0"]
