@@ -152,21 +152,37 @@ class ReadJsonLinesFn(beam.DoFn):
 
     def _to_document_or_rejection(self, record_key: str, line: bytes):
         try:
-            record = json.loads(line.decode("utf-8"))
+            record = json.loads(line.decode("utf-8-sig"))  # a BOM opening the file is no part of its first record
         except UnicodeDecodeError as error:
             return reject(STAGE, record_key, "read_undecodable_bytes", str(error), line)
-        except json.JSONDecodeError as error:
-            return reject(STAGE, record_key, "read_malformed_json", str(error), line)
+        except (json.JSONDecodeError, RecursionError) as error:  # arrays nested past Python's recursion limit
+            return reject(STAGE, record_key, "read_malformed_json", str(error) or type(error).__name__, line)
         if not isinstance(record, dict):
             return reject(
                 STAGE, record_key, "read_malformed_json", f"a JSON {type(record).__name__}, not an object", line
             )
         try:
-            return self.to_document(record)
+            document = self.to_document(record)
         except MissingFieldError as error:
             return reject(STAGE, record_key, "read_missing_field", f"missing {error}", line)
         except MalformedRecordError as error:
             return reject(STAGE, record_key, "read_malformed_json", str(error), line)
+        except UnicodeEncodeError as error:  # an id hashed from a field holding a lone surrogate
+            return reject(STAGE, record_key, "read_invalid_unicode", str(error), line)
+        # JSON's "\ud800" escapes half a UTF-16 pair: no stage downstream could encode it.
+        unencodable = [name for name, value in document.items() if isinstance(value, str) and not _encodable(value)]
+        if unencodable:
+            return reject(STAGE, record_key, "read_invalid_unicode",
+                          f"{unencodable[0]} holds a lone surrogate (a \\u escape of half a UTF-16 pair)", line)
+        return document
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class ReadJsonLines(beam.PTransform):

@@ -55,11 +55,21 @@ def with_local_defaults(argv: list[str]) -> list[str]:
 
 def require_matches(inputs: list[tuple[str, str | None, str]], output: str) -> None:
     """FileNotFoundError naming the flag and its value for the first of `inputs` (flag, value
-    given, the pattern it stands for) whose pattern matches no file; None values are not checked."""
+    given, the pattern it stands for) whose pattern matches no file, or matches a local directory
+    (Beam's local file system lists one as a file, and reading it fails mid-pipeline); None values
+    are not checked."""
     for flag, given, pattern in inputs:
-        if given and not FileSystems.match([pattern])[0].metadata_list:
+        if not given:
+            continue
+        matched = FileSystems.match([pattern])[0].metadata_list
+        if not matched:
             looked_for = "" if pattern == given else f" (looked for {pattern})"
             raise FileNotFoundError(f"{flag} {given}: no file matches it{looked_for}; {output} is unchanged")
+        if directory := next((m.path for m in matched if os.path.isdir(m.path)), None):
+            raise FileNotFoundError(
+                f"{flag} {given}: {directory} is a directory; name its files ({directory.rstrip('/')}/* or "
+                f"{directory.rstrip('/')}/**); {output} is unchanged"
+            )
 
 
 def stage_counters(result) -> dict[str, dict[str, int]]:

@@ -107,12 +107,15 @@ def ccnews_record_to_document(record: dict) -> dict:
 def decode_html(body: bytes, content_type: str | None) -> str:
     """Decode an HTTP body with the charset its header or a <meta> declares, else UTF-8.
 
-    Raises UnicodeDecodeError when the bytes do not match, LookupError for an unknown charset.
+    Raises UnicodeError when the bytes do not match (a codec like punycode raises its base
+    class) or decode to lone surrogates (unicode_escape can), LookupError for an unknown charset.
     """
     header = _HEADER_CHARSET.search(content_type or "")
     meta = _META_CHARSET.search(body[:_HTML_SNIFF_BYTES])
     charset = header.group(1) if header else meta.group(1).decode("ascii") if meta else "utf-8"
-    return body.decode(charset)
+    html = body.decode(charset)
+    html.encode("utf-8")  # UnicodeEncodeError for a lone surrogate, which no stage could write
+    return html
 
 
 def html_to_document(url: str, html: str, crawl_date: str | None) -> dict:
@@ -207,7 +210,7 @@ class ReadWarcResponsesFn(beam.DoFn):
         url = record.rec_headers.get_header("WARC-Target-URI")
         try:
             html = decode_html(body, record.http_headers.get_header("Content-Type"))
-        except (UnicodeDecodeError, LookupError) as error:
+        except (UnicodeError, LookupError) as error:
             return reject(STAGE, record_key, "read_undecodable_bytes", f"{url}: {error}", body)
         return HtmlPage(record_key, url, html, record.rec_headers.get_header("WARC-Date"))
 

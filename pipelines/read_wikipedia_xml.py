@@ -55,6 +55,7 @@ _APPENDIX_HEADING = re.compile(
 _BEHAVIOUR_SWITCH = re.compile(r"__[A-Z]+__")
 # What template removal leaves of a pronunciation in a lead: "Paris ({{IPA|..}}; {{IPA|..}}) is".
 _EMPTY_PARENTHESES = re.compile(r"\s*\(\s*[;,\s]*\)")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # ... and of a citation template before a full stop; ".NET" keeps its space.
 _SPACE_BEFORE_PUNCTUATION = re.compile(r" +([,.;:])(?=\s|$)")
 
@@ -93,7 +94,9 @@ def _visible_text(code: Wikicode) -> str:
         if isinstance(node, Text):
             parts.append(node.value)
         elif isinstance(node, HTMLEntity):
-            parts.append(node.normalize())
+            # A numeric reference to half a UTF-16 pair (`&#xD800;`) is U+FFFD, as HTML renders
+            # it: a lone surrogate cannot be encoded, and would stop the pipeline where written.
+            parts.append(_LONE_SURROGATE.sub("\ufffd", node.normalize()))
         elif isinstance(node, Wikilink):
             if not _is_hidden_link(str(node.title)):
                 label = node.text if node.text is not None else node.title

@@ -153,6 +153,19 @@ def test_an_input_that_matches_no_file_stops_prepare_before_the_run_changes(run_
     assert file_bytes(run_copy) == before
 
 
+def test_an_input_naming_a_directory_stops_prepare_naming_its_files_instead(run_copy):
+    before = file_bytes(run_copy)
+    dumps = run_copy.parent / "dumps"
+    dumps.mkdir()
+    (dumps / "dump.xml").write_bytes(dump_bytes(ARTICLES))
+    with pytest.raises(FileNotFoundError) as error:
+        prepare.run(["--corpus", "wikipedia-xml", "--output", str(run_copy), "--input", str(dumps), *IN_PROCESS])
+    assert str(error.value) == (
+        f"--input {dumps}: {dumps} is a directory; name its files ({dumps}/* or {dumps}/**); {run_copy} is unchanged"
+    )
+    assert file_bytes(run_copy) == before
+
+
 def test_a_pipeline_that_fails_leaves_the_previous_run_exactly_as_it_was(run_copy):
     """A documents file with the wrong columns stops the pipeline half way (the user's error)."""
     before = file_bytes(run_copy)

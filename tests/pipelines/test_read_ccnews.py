@@ -46,6 +46,10 @@ def test_html_is_decoded_with_the_header_charset_then_the_meta_charset_then_utf8
     assert decode_html(b'<meta charset="windows-1252">\x93q\x94', "text/html").endswith("\u201cq\u201d")
     with pytest.raises(UnicodeDecodeError):
         decode_html(b"<p>caf\xe9</p>", "text/html")
+    with pytest.raises(UnicodeError):  # its base class, raised by codecs like punycode
+        decode_html(b"<p>caf\xe9</p>", "text/html; charset=punycode")
+    with pytest.raises(UnicodeEncodeError):  # half a UTF-16 pair, which no stage could write
+        decode_html(b"<p>\\ud800</p>", "text/html; charset=unicode_escape")
 
 
 @pytest.mark.parametrize(

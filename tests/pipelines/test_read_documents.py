@@ -71,3 +71,25 @@ def test_a_parquet_file_without_a_documents_column_fails_naming_the_file_and_the
     with pytest.raises(Exception, match=rf"{path}: missing column 'text'"):
         with TestPipeline() as pipeline:
             pipeline | ReadDocuments(str(path))
+
+
+def test_a_bom_is_no_part_of_the_first_record_and_lines_no_stage_could_hold_are_dead_letters(tmp_path):
+    lines = tmp_path / "docs.jsonl"
+    first = json.dumps({"doc_id": "j:1", "title": "One", "text": "First."})
+    lines.write_bytes(b"\xef\xbb\xbf" + "\n".join([
+        first,
+        '{"doc_id": "j:2", "title": "Half a pair", "text": "Bad \\ud800 here."}',  # JSON escape of a lone surrogate
+        "[" * 100_000,  # nested past Python's recursion limit
+        json.dumps({"doc_id": "j:4", "title": "Four", "text": "Fourth."}),
+    ]).encode() + b"\n")
+    with TestPipeline() as pipeline:
+        outputs = pipeline | ReadDocuments(str(lines))
+        assert_that(outputs["documents"] | beam.Map(lambda d: d["doc_id"]), equal_to(["j:1", "j:4"]), label="Documents")
+        assert_that(
+            outputs["dead_letter"] | beam.Map(lambda row: (row["reason"], row["record_key"], row["detail"][:25])),
+            equal_to([
+                ("read_invalid_unicode", f"{lines}:2", "text holds a lone surroga"),
+                ("read_malformed_json", f"{lines}:3", "maximum recursion depth e"),
+            ]),
+            label="DeadLetters",
+        )

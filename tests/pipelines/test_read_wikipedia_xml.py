@@ -65,6 +65,7 @@ def test_wikitext_keeps_prose_and_link_text_and_drops_markup_tables_refs_and_app
         ("First<br/>second __NOTOC__", "First\nsecond"),
         ("''Italic'' and '''bold''' <math>x^2</math>formula", "Italic and bold formula"),
         ("On the .NET Framework {{cite web|url=x}} .", "On the .NET Framework."),
+        ("Half a pair &#xD800; as HTML renders it", "Half a pair \ufffd as HTML renders it"),
     ],
 )
 def test_wikitext_to_plain_text_case_by_case(wikitext, expected):
