@@ -93,3 +93,21 @@ def test_a_bom_is_no_part_of_the_first_record_and_lines_no_stage_could_hold_are_
             ]),
             label="DeadLetters",
         )
+
+
+def test_a_parquet_row_with_a_null_where_a_value_is_required_or_a_blank_id_is_a_dead_letter(tmp_path):
+    path = tmp_path / "docs.parquet"
+    empty_body = dict(PARQUET_ROWS[1], doc_id="mine:5", text="")  # the chunker's to dead-letter
+    rows = [*PARQUET_ROWS, dict(PARQUET_ROWS[0], doc_id="mine:3", title=None), dict(PARQUET_ROWS[0], doc_id="  "),
+            empty_body, dict(PARQUET_ROWS[1], doc_id="mine:6", source=None, text=None)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema([field.with_nullable(True) for field in DOCUMENTS])), path)
+    with TestPipeline() as pipeline:
+        outputs = pipeline | ReadDocuments(str(path))
+        assert_that(outputs["documents"], equal_to([*PARQUET_ROWS, empty_body]), label="Documents")
+        assert_that(
+            outputs["dead_letter"] | beam.Map(lambda row: (row["reason"], row["record_key"], row["detail"])),
+            equal_to([("read_missing_field", f"{path}:row 3", "missing title"),
+                      ("read_missing_field", f"{path}:row 4", "missing doc_id (empty)"),
+                      ("read_missing_field", f"{path}:row 6", "missing source, text")]),
+            label="DeadLetters",
+        )
