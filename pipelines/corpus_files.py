@@ -105,6 +105,8 @@ def read_lines(readable: fileio.ReadableFile) -> Iterator[tuple[int, bytes]]:
     """
     path = readable.metadata.path
     line_number = 0
+    if path.endswith(".gz") and readable.metadata.size_in_bytes == 0:  # gzip reads none as empty, quietly
+        raise CorruptFileError(f"{path}:1", EOFError("a zero-byte file holds no gzip member (a download cut short?)"))
     with open_decompressed(readable) as handle:
         try:
             for line_number, line in enumerate(handle, start=1):

@@ -182,15 +182,15 @@ def article_url(base_url: str, title: str) -> str:
 def parse_page(page_xml: bytes) -> Page:
     """Parse one `<page>` chunk; raises UnicodeDecodeError, ET.ParseError or MalformedPageError."""
     page = _strip_namespaces(ET.fromstring(page_xml.decode("utf-8")))
-    title, page_id = page.findtext("title"), page.findtext("id")
+    title, page_id = (page.findtext("title") or "").strip(), (page.findtext("id") or "").strip()
     if not title or not page_id:
-        raise MalformedPageError("page without <title> or <id>")
+        raise MalformedPageError("page without <title> or <id> (or a blank one)")
     revisions = page.findall("revision")
     # A history dump lists revisions oldest first; the last one is the article as it stands.
     revision = revisions[-1] if revisions else ET.Element("revision")
     return Page(
-        page_id=page_id.strip(),
-        title=title.strip(),
+        page_id=page_id,
+        title=title,
         namespace=(page.findtext("ns") or ARTICLE_NAMESPACE).strip(),
         is_redirect=page.find("redirect") is not None,
         timestamp=revision.findtext("timestamp"),

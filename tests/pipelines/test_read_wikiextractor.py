@@ -54,6 +54,8 @@ def test_nested_output_directories_plain_and_bz2_yield_documents_and_keyed_dead_
         + json.dumps({"id": 17, "url": "u", "title": "T", "text": "x"}).encode() + b"\n"
     )
     compressed.write_bytes(bz2.compress(record_line("25", "Autism", "Autism is a condition.")))
+    cut_short = tmp_path / "extracted" / "AB" / "wiki_02.gz"
+    cut_short.write_bytes(b"")  # a download that wrote nothing
     with TestPipeline() as pipeline:
         outputs = pipeline | ReadWikiExtractor(str(tmp_path / "extracted" / "**"))
         assert_that(
@@ -76,6 +78,7 @@ def test_nested_output_directories_plain_and_bz2_yield_documents_and_keyed_dead_
                     ("read", "read_undecodable_bytes", f"{plain}:5"),
                     ("read", "read_malformed_json", f"{plain}:7"),
                     ("read", "read_malformed_json", f"{plain}:8"),
+                    ("read", "read_corrupt_file", f"{cut_short}:1"),
                 ]
             ),
             label="DeadLetters",

@@ -7,6 +7,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from realm.pipelines.read_wikipedia_xml import (
+    MalformedPageError,
     ReadWikipediaXml,
     iter_dump_chunks,
     parse_page,
@@ -91,6 +92,15 @@ def test_non_articles_are_recognised_by_namespace_redirect_and_disambiguation_ma
         None,
         None,
     ]
+
+
+@pytest.mark.parametrize("page", [
+    b"<page><title>   </title><id>7</id><revision><text>Body.</text></revision></page>",
+    b"<page><title>Seven</title><id> </id><revision><text>Body.</text></revision></page>",
+])
+def test_a_page_with_a_blank_title_or_id_is_malformed(page):
+    with pytest.raises(MalformedPageError, match="without <title> or <id>"):
+        parse_page(page)
 
 
 def run_reader(pattern):
