@@ -146,6 +146,9 @@ class ChunkDocumentFn(beam.DoFn):
         blocks, cut = split_into_blocks(
             doc_id, document["title"] or "", text, self.tokenizer, self.sentencizer, self.max_wordpieces
         )
+        if not any(block["body_token_ids"] for block in blocks):  # zero-width or control characters alone
+            yield reject(STAGE, doc_id, "empty_body", "no wordpiece in its body text", document.get("title"))
+            return
         self.documents.inc()
         self.blocks.inc(len(blocks))
         self.cut_sentences.inc(cut)

@@ -136,6 +136,7 @@ class TagSalientSpansFn(beam.DoFn):
         self.seed = seed
         self.spacy_batch_size = spacy_batch_size
         self.sentences = counter(STAGE, "sentences")
+        self.without_wordpiece = counter(STAGE, "sentences_without_wordpiece")
         self.without_span = counter(STAGE, "sentences_without_salient_span")
         self.without_mask = counter(STAGE, "sentences_without_maskable_span")
         self.truncated = counter(STAGE, "sentences_truncated_to_query_length")
@@ -159,6 +160,9 @@ class TagSalientSpansFn(beam.DoFn):
         for (block_id, index, text), doc in zip(work, docs):
             entities = [(e.start_char, e.end_char, e.label_) for e in doc.ents]
             record, truncated = build_pretrain_example(block_id, index, text, entities, self.tokenizer, self.seed)
+            if not record["token_ids"]:  # a paragraph of zero-width characters: nothing to mask or read
+                self.without_wordpiece.inc()
+                continue
             self.sentences.inc()
             self.truncated.inc(int(truncated))
             if not record["spans"]:

@@ -69,6 +69,7 @@ def test_chunk_transform_emits_blocks_dedupes_copies_and_dead_letters_empty_and_
                     document("a", "Alpha", "Alpha is a letter. It comes first."),
                     document("a-copy", "Alpha", "Alpha is a letter. It comes first."),
                     document("empty", "Nothing", "   \n "),
+                    document("zero-width", "Invisible", "\u200b\u200b\n\u00ad"),  # no wordpiece, though not blank
                     document("huge", "Huge", huge),
                 ]
             )
@@ -81,6 +82,7 @@ def test_chunk_transform_emits_blocks_dedupes_copies_and_dead_letters_empty_and_
         )
         assert_that(
             out["dead_letter"] | "Reasons" >> beam.Map(lambda d: (d["stage"], d["record_key"], d["reason"])),
-            equal_to([("chunk", "empty", "chunk_empty_body"), ("chunk", "huge", "chunk_document_too_long")]),
+            equal_to([("chunk", "empty", "chunk_empty_body"), ("chunk", "zero-width", "chunk_empty_body"),
+                      ("chunk", "huge", "chunk_document_too_long")]),
             label="dead_letter",
         )

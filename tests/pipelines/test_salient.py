@@ -54,7 +54,8 @@ def test_sentence_without_salient_span_is_kept_with_no_mask():
 def test_tag_transform_runs_spacy_and_keeps_every_sentence():
     block = make_block(
         "Apollo 11",
-        ["Apollo 11 was flown by NASA in July 1969.", "Neil Armstrong was its commander.", "it was quite nice."],
+        # A paragraph of zero-width spaces gives no wordpiece: no example to mask or read.
+        ["Apollo 11 was flown by NASA in July 1969.", "Neil Armstrong was its commander.", "it was quite nice.", "\u200b"],
     )
     broken = {**make_block("Broken", ["One.", "Two."]), "sentence_starts": [4, 0]}
     with TestPipeline() as p:
