@@ -143,8 +143,10 @@ class Page:
 def iter_dump_chunks(lines: Iterable[tuple[int, bytes]]) -> Iterator[tuple[str, int, bytes]]:
     """Cut a dump's numbered lines into `(kind, first line number, bytes)` chunks.
 
-    Kinds: "siteinfo", "page", and "unclosed_page" for a page cut off by the next `<page>` or
-    by the end of the file. Only one page is ever held in memory.
+    Kinds: "siteinfo", "page", "unclosed_page" for a page cut off by the next `<page>` or by
+    the end of the file, and "after_page" for markup other than `</mediawiki>` after a `</page>`
+    on its line (a second page there: dumps put one tag per line, and this reader relies on it).
+    Only one page is ever held in memory.
     """
     kind, start, buffer = None, 0, []
     for line_number, line in lines:
@@ -155,10 +157,16 @@ def iter_dump_chunks(lines: Iterable[tuple[int, bytes]]) -> Iterator[tuple[str, 
             kind, start, buffer = ("page" if stripped.startswith(b"<page>") else "siteinfo"), line_number, []
         if kind is None:
             continue
-        buffer.append(line)
-        if stripped.endswith(f"</{kind}>".encode()):
-            yield kind, start, b"".join(buffer)
-            kind, buffer = None, []
+        closing = f"</{kind}>".encode()
+        end = line.find(closing)  # markup inside the element is escaped: this is its end
+        if end < 0:
+            buffer.append(line)
+            continue
+        buffer.append(line[: end + len(closing)])
+        yield kind, start, b"".join(buffer)
+        kind, buffer = None, []
+        if (rest := line[end + len(closing) :].strip()) and rest != b"</mediawiki>":
+            yield "after_page", line_number, rest
     if kind == "page":
         yield "unclosed_page", start, b"".join(buffer)
 
@@ -243,14 +251,17 @@ class ReadWikipediaPagesFn(beam.DoFn):
     def process(self, readable: fileio.ReadableFile):
         path = readable.metadata.path
         base_url = DEFAULT_ARTICLE_BASE_URL
-        articles = 0
+        articles = chunks = 0
         try:
             for kind, line_number, chunk in iter_dump_chunks(read_lines(readable)):
+                chunks += 1
                 record_key = f"{path}:{line_number}"
                 if kind == "siteinfo":
                     base_url = article_base_url(chunk)
                 elif kind == "unclosed_page":
                     yield reject(STAGE, record_key, "read_malformed_xml", "<page> without </page>", chunk)
+                elif kind == "after_page":
+                    yield reject(STAGE, record_key, "read_malformed_xml", "markup after </page> on its line", chunk)
                 else:
                     outcome = self._article_or_rejection(record_key, chunk)
                     if isinstance(outcome, Page):
@@ -260,6 +271,12 @@ class ReadWikipediaPagesFn(beam.DoFn):
                         yield outcome
         except CorruptFileError as error:
             yield reject(STAGE, error.record_key, "read_corrupt_file", str(error))
+        else:
+            if not chunks and readable.metadata.size_in_bytes:
+                # Legal XML all the same (one line, or prefixed tags): dropped without a word before.
+                yield reject(STAGE, f"{path}:1", "read_malformed_xml",
+                             "no line starts with <page>: dumps put one tag per line, as dumps.wikimedia.org and "
+                             "Special:Export write them")
         logging.info("read %d articles from %s", articles, path)
 
     def _article_or_rejection(self, record_key: str, chunk: bytes):

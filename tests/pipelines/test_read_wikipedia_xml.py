@@ -103,6 +103,28 @@ def test_a_page_with_a_blank_title_or_id_is_malformed(page):
         parse_page(page)
 
 
+def test_a_page_closed_mid_line_is_read_and_what_follows_it_there_is_reported():
+    lines = [b"<page>\n", b"<title>A</title><id>1</id>\n", b"</page></mediawiki>\n",
+             b"<page><title>B</title><id>2</id></page><page><title>C</title><id>3</id></page>\n"]
+    chunks = list(iter_dump_chunks(enumerate(lines, start=1)))
+    assert chunks == [
+        ("page", 1, b"<page>\n<title>A</title><id>1</id>\n</page>"),
+        ("page", 4, b"<page><title>B</title><id>2</id></page>"),
+        ("after_page", 4, b"<page><title>C</title><id>3</id></page>"),
+    ]
+
+
+def test_a_dump_with_no_page_on_a_line_of_its_own_is_a_dead_letter_not_nothing(tmp_path):
+    path = tmp_path / "one-line.xml"
+    path.write_bytes(b'<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/"><page><title>A</title>'
+                     b"<id>1</id><revision><text>Body.</text></revision></page></mediawiki>")
+    pipeline, outputs = run_reader(str(path))
+    assert_that(outputs["documents"], equal_to([]), label="Documents")
+    assert_that(outputs["dead_letter"] | beam.Map(lambda row: (row["reason"], row["record_key"], row["detail"][:28])),
+                equal_to([("read_malformed_xml", f"{path}:1", "no line starts with <page>: ")]), label="DeadLetters")
+    pipeline.run().wait_until_finish()
+
+
 def run_reader(pattern):
     pipeline = TestPipeline()
     outputs = pipeline | ReadWikipediaXml(pattern)
