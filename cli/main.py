@@ -299,15 +299,27 @@ def _port(text: str) -> int:
 
 
 def _check_can_listen(host: str, port: int) -> None:
-    """SystemExit naming the reason when no server could listen on host:port (a name that does
-    not resolve, an address not on this machine, a port taken or privileged)."""
+    """SystemExit naming the reason when the server could not listen on host:port (a name that
+    does not resolve, an address not on this machine, a port taken or privileged). Binds as
+    asyncio's `create_server` (uvicorn's) does: every address the host resolves to, an address
+    family the machine cannot open skipped, IPv6 sockets IPv6-only."""
     import socket
 
     try:
-        family, kind, protocol, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind, protocol) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-            probe.bind(address)
+        opened = 0
+        for family, kind, protocol, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+            try:
+                probe = socket.socket(family, kind, protocol)
+            except OSError:
+                continue
+            with probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                probe.bind(address)
+                opened += 1
+        if not opened:
+            raise OSError("no address it resolves to can be opened on this machine")
     except OSError as error:  # socket.gaierror included
         raise SystemExit(f"realm serve: cannot listen on {host}:{port}: {error.strerror or error}") from None
 

@@ -1,10 +1,10 @@
 """`realm info --run DIR`: what a run folder holds, read from its artifacts alone: the prepared
 corpus's counts, each stage's checkpoints (the best validated one and its exact match), the
 checkpoint and index that answer questions, and every index's lineage (the doc tower and corpus
-snapshot it was built from). Nothing is loaded but JSON manifests and checkpoint states; a
-step whose files are missing or cut short (sizes against its manifest: nothing is hashed here),
-a summary or manifest that does not parse, is reported as damaged, naming the file, beside the
-rest.
+snapshot it was built from). Nothing is loaded but JSON manifests and checkpoint states, and
+the checkpoint that answers is verified in full (hashed) as answering verifies it; any other
+step whose files are missing or cut short (sizes against its manifest), a summary or manifest
+that does not parse, is reported as damaged, naming the file, beside the rest.
 """
 
 from __future__ import annotations

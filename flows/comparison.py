@@ -231,7 +231,7 @@ def display_names(run_roots: list[str]) -> dict[str, str]:
         for depth in range(1, len(paths[i]) + 1):
             suffix = paths[i][-depth:]
             if all(other[-depth:] != suffix for j, other in enumerate(paths) if j != i):
-                return "/".join(suffix)
+                return str(Path(*suffix))
         return str(Path(*paths[i]))
 
     return {root: name(i) for i, root in enumerate(run_roots)}

@@ -54,7 +54,7 @@ from realm.flows.ict_warm_start import ict_warm_start
 from realm.flows.prepare import realm_prepare
 from realm.flows.realm_pretrain import realm_pretrain
 from realm.flows.reproduce_questions import split_questions
-from realm.flows.reproduce_report import earlier_rows, publish_results
+from realm.flows.reproduce_report import earlier_rows, publish_results, table_rows
 from realm.flows.reproduce_runs import StageTimer, linked_run
 from realm.flows.reproduce_systems import SPECS, ReproduceParams, pretrain_variant
 from realm.flows.retriever_tasks import build_retriever_index, zero_shot_recall
@@ -141,4 +141,4 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
             })
         logger.info("%s: %s", name, ", ".join(f"{d} EM {m['em']:.3f}" for d, m in metrics.items()))
         publish_results(kept + rows, root, repeated)
-    return rows
+    return table_rows(kept + rows)

@@ -30,13 +30,18 @@ def earlier_rows(root: Path, settings_sha256: str, retrained: Iterable[str]) -> 
             if row["system"] not in retrained and row["settings_sha256"] == settings_sha256]
 
 
+def table_rows(rows: list[dict]) -> list[dict]:
+    """`rows` with the systems in the table's order (`SYSTEMS`)."""
+    return sorted(rows, key=lambda row: SYSTEMS.index(row["system"]))
+
+
 def publish_results(rows: list[dict], root: Path, repeated: dict[str, str]) -> None:
     """results.parquet, results.md, results.png under `root`, and the table as artifacts, the
     systems in the table's order; `repeated`: the systems left untrained because they would
     repeat another row, with why."""
     from realm.schemas import REPRODUCTION_RESULTS, write_table
 
-    rows = sorted(rows, key=lambda row: SYSTEMS.index(row["system"]))
+    rows = table_rows(rows)
     write_table(str(root / RESULTS_FILE), rows, REPRODUCTION_RESULTS)
     markdown = results_markdown(rows, repeated)
     (root / "results.md").write_text(markdown + "\n", encoding="utf-8")

@@ -144,8 +144,9 @@ def iter_dump_chunks(lines: Iterable[tuple[int, bytes]]) -> Iterator[tuple[str, 
     """Cut a dump's numbered lines into `(kind, first line number, bytes)` chunks.
 
     Kinds: "siteinfo", "page", "unclosed_page" for a page cut off by the next `<page>` or by
-    the end of the file, and "after_page" for markup other than `</mediawiki>` after a `</page>`
-    on its line (a second page there: dumps put one tag per line, and this reader relies on it).
+    the end of the file, and "after_element" for markup other than `</mediawiki>` after a
+    `</page>` or `</siteinfo>` on its line (a page there: dumps put one tag per line, and this
+    reader relies on it).
     Only one page is ever held in memory.
     """
     kind, start, buffer = None, 0, []
@@ -166,7 +167,7 @@ def iter_dump_chunks(lines: Iterable[tuple[int, bytes]]) -> Iterator[tuple[str, 
         yield kind, start, b"".join(buffer)
         kind, buffer = None, []
         if (rest := line[end + len(closing) :].strip()) and rest != b"</mediawiki>":
-            yield "after_page", line_number, rest
+            yield "after_element", line_number, rest
     if kind == "page":
         yield "unclosed_page", start, b"".join(buffer)
 
@@ -260,8 +261,8 @@ class ReadWikipediaPagesFn(beam.DoFn):
                     base_url = article_base_url(chunk)
                 elif kind == "unclosed_page":
                     yield reject(STAGE, record_key, "read_malformed_xml", "<page> without </page>", chunk)
-                elif kind == "after_page":
-                    yield reject(STAGE, record_key, "read_malformed_xml", "markup after </page> on its line", chunk)
+                elif kind == "after_element":
+                    yield reject(STAGE, record_key, "read_malformed_xml", "markup after a closing tag on its line", chunk)
                 else:
                     outcome = self._article_or_rejection(record_key, chunk)
                     if isinstance(outcome, Page):

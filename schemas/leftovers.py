@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 # `.tmp-<step>-<pid>`, `.old-<step>-<pid>`, `.staging-<name>-<pid>` (directories) and
 # `<name>.tmp-<pid>` (files and directories).
-_OWNED = re.compile(r"^\.(?:tmp|old|staging)-.+-(?P<pid>\d+)$|\.tmp-(?P<file_pid>\d+)$")
+# `realm index` staged corpora as `.<name>-staging-<pid>` before 2026-11-28.
+_OWNED = re.compile(r"^\.(?:(?:tmp|old|staging)-.+|.+-staging)-(?P<pid>\d+)$|\.tmp-(?P<file_pid>\d+)$")
 
 
 def owner_pid(name: str) -> int | None:

@@ -223,8 +223,8 @@ class MipsIndex:
             scores, rows = self.index.search(queries, k)  # [q, k] x2, exact already
             return _top_k(scores, rows, k, self.block_ids)
         shortlist = min(k * self.config.shortlist_factor, self.count)
-        # HNSW needs efSearch >= the shortlist to fill it; passed per call, since setting it on
-        # the shared index would race between threads searching at once (the HTTP workers).
+        # HNSW searches with efSearch = max(ef_search, shortlist), passed per call: set on the
+        # shared index, it raced between threads searching at once (the HTTP workers).
         params = (faiss.SearchParametersHNSW(efSearch=max(self.config.ef_search, shortlist))
                   if self.config.kind == "hnsw" else None)
         _, rows = self.index.search(queries, shortlist, params=params)  # [q, shortlist], -1 where none

@@ -148,6 +148,25 @@ def test_a_question_or_address_that_cannot_serve_is_refused_in_one_line(trained_
     assert "serving" not in capsys.readouterr().out
 
 
+def test_the_address_check_binds_as_the_server_does():
+    # IPv6 sockets IPv6-only, as asyncio binds them: "::" is free while IPv4's wildcard is taken.
+    import socket
+
+    from realm.cli.main import _check_can_listen
+
+    try:
+        socket.socket(socket.AF_INET6).close()
+    except OSError:
+        pytest.skip("no IPv6 sockets on this machine")
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        _check_can_listen("::", port)
+        with pytest.raises(SystemExit, match="Address already in use"):
+            _check_can_listen("0.0.0.0", port)
+
+
 def test_realm_index_then_ask_from_the_other_corpus(trained_run, blocks_table, block_entities_table, tmp_path, capsys):
     write_corpus(str(tmp_path / "nile" / "blocks"), blocks_table.slice(5, 1), block_entities_table)  # the Nile's block
     assert main(["index", "--run", str(trained_run.root), "--corpus", str(tmp_path / "nile"), "--name", "nile"]) == 0

@@ -110,7 +110,7 @@ def test_a_page_closed_mid_line_is_read_and_what_follows_it_there_is_reported():
     assert chunks == [
         ("page", 1, b"<page>\n<title>A</title><id>1</id>\n</page>"),
         ("page", 4, b"<page><title>B</title><id>2</id></page>"),
-        ("after_page", 4, b"<page><title>C</title><id>3</id></page>"),
+        ("after_element", 4, b"<page><title>C</title><id>3</id></page>"),
     ]
 
 

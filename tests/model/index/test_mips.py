@@ -169,11 +169,11 @@ def test_publish_keeps_last_n_and_replaces_same_step(tmp_path):
     assert latest_published(tmp_path) == tmp_path / "4"
 
 
-def test_an_hnsw_search_fills_its_shortlist_without_touching_the_shared_index():
+def test_an_hnsw_search_leaves_the_shared_index_as_it_was():
     # Threads answering at once (the HTTP workers) share one index: a knob set by one search
     # would be another's, sized for another k.
     vectors, block_ids, queries = _clustered(2000)
     index = MipsIndex.build(vectors, block_ids, IndexConfig(kind="hnsw", ef_search=16))
     before = index.index.hnsw.efSearch
-    scores, _ = index.search(queries, 50)  # a shortlist of 50 x shortlist_factor > efSearch
+    scores, _ = index.search(queries, 50)
     assert np.isfinite(scores).all() and index.index.hnsw.efSearch == before
