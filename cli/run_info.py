@@ -10,7 +10,6 @@ that does not parse, is reported as damaged, naming the file, beside the rest.
 from __future__ import annotations
 
 import json
-import pickle
 from pathlib import Path
 
 from realm.model.networks.checkpoint import BEST_DIR, TRAINING_STATE_FILE, checkpoint_extra
@@ -71,7 +70,7 @@ def _stage(checkpoint_root: Path) -> dict | None:
         # checkpoint saved right after it (and every later one) holds the record.
         try:
             recorded = (checkpoint_extra(steps[-1][1]).get("best") or {}) if steps else {}
-        except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as error:  # torch.load of a state altered in place
+        except Exception as error:  # whatever torch.load raises on a state altered in place (zip, unpickling, EOF)
             damaged[str(steps[-1][0])] = f"{steps[-1][1] / TRAINING_STATE_FILE}: does not load ({error})"
             recorded = {}
         em = recorded.get("exact_match") if recorded.get("step") == best[-1][0] else None

@@ -35,8 +35,8 @@ TARGETS = [
     ("checkpoint manifest", "checkpoints/finetune/best/2/manifest.json", ["ask", QUESTION]),
     ("run record", "run.json", ["ask", QUESTION]),
     ("embeddings", "corpora/again/embeddings/0/part-00000.parquet", ["index", "--corpus", "{run}", "--name", "again"]),
-    ("predictions", "predictions/demo.parquet", ["compare", "{run}"]),
-    ("masked-span outcomes", "masked_spans/held_out.parquet", ["compare", "{run}"]),
+    ("predictions", "predictions/demo.parquet", ["compare"]),  # the run alone: naming it twice is refused
+    ("masked-span outcomes", "masked_spans/held_out.parquet", ["compare"]),
 ]
 
 
