@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 
 from realm.model.networks.checkpoint import BEST_DIR, TRAINING_STATE_FILE, checkpoint_extra
-from realm.model.publish import MANIFEST_FILE, published_steps, read_manifest
+from realm.model.publish import MANIFEST_FILE, published_steps, read_manifest, step_damage
 from realm.model.qa.trained_run import TrainedRun
-from realm.schemas.manifest import IntegrityError, verify_step
+from realm.schemas.manifest import IntegrityError
 from realm.schemas.run_layout import RunLayout
 
 STAGES = ("ict", "pretrain", "warmup", "finetune")
@@ -86,13 +86,10 @@ def _checkpoints(root: Path) -> tuple[list[tuple[int, Path]], dict[str, str]]:
     written before manifests, that hold their training state), and the others with why not."""
     intact, damaged = [], {}
     for step, path in published_steps(root):
-        if not (path / MANIFEST_FILE).is_file() and (path / TRAINING_STATE_FILE).is_file():
+        problem = step_damage(path, TRAINING_STATE_FILE, contents=False)
+        if problem is None:
             intact.append((step, path))
-            continue
-        try:
-            verify_step(path, contents=False)
-            intact.append((step, path))
-        except IntegrityError as problem:
+        else:
             damaged[str(step)] = str(problem)
     return intact, damaged
 

@@ -129,21 +129,32 @@ def published_steps(root: str | os.PathLike) -> list[tuple[int, Path]]:
     return sorted((int(entry.name), entry) for entry in root.iterdir() if entry.is_dir() and entry.name.isdigit())
 
 
+def step_damage(
+    path: str | os.PathLike, legacy_marker: str | None = None, *, contents: bool = True
+) -> IntegrityError | None:
+    """Why the step at `path` is not whole, or None when it is: its manifest is missing or does
+    not parse, or a file it lists is missing, of another size or (with `contents`) another
+    hash. A step without a manifest is whole when `legacy_marker` is given and the step holds
+    that file: older realm wrote no manifest but wrote that file last, so its presence still
+    marks a complete step and runs begun before manifests existed keep resuming."""
+    path = Path(path)
+    if legacy_marker is not None and not (path / MANIFEST_FILE).is_file() and (path / legacy_marker).is_file():
+        return None
+    try:
+        verify_step(path, contents=contents)
+    except IntegrityError as problem:
+        return problem
+    return None
+
+
 def latest_verified(root: str | os.PathLike, legacy_marker: str | None = None) -> Path | None:
-    """The newest `<root>/<step>/` whose files match its manifest, or None. Each newer step
-    that does not is skipped with a warning naming the file. A step without a manifest is
-    skipped too, unless `legacy_marker` is given and the step holds that file: older realm
-    wrote no manifest but wrote that file last, so its presence still marks a complete step
-    and runs begun before manifests existed keep resuming."""
+    """The newest `<root>/<step>/` that is whole by `step_damage`, or None. A newer step
+    without a manifest (one a writer never published) is skipped silently, any other damaged
+    one with a warning naming the file."""
     for _, path in reversed(published_steps(root)):
-        if not (path / MANIFEST_FILE).is_file():
-            if legacy_marker is not None and (path / legacy_marker).is_file():
-                return path
-            continue
-        try:
-            verify_step(path)
-        except IntegrityError as problem:
+        problem = step_damage(path, legacy_marker)
+        if problem is None:
+            return path
+        if (path / MANIFEST_FILE).is_file():
             log.warning("%s; falling back to an older step", problem)
-            continue
-        return path
     return None

@@ -2,10 +2,11 @@
 
 import hashlib
 import json
+import logging
 import shutil
 from pathlib import Path
 
-from realm.model.publish import latest_verified, publish, staging_dir
+from realm.model.publish import latest_verified, publish, staging_dir, step_damage
 
 
 def _publish(root: Path, step: int, keep: int | None = None, uses=(), content: bytes = b"step") -> Path:
@@ -61,3 +62,37 @@ def test_a_resumed_run_keeps_two_good_steps_beside_the_damaged_newer_one_it_fell
     assert _steps(tmp_path) == ["4", "5", "6"]
     _publish(tmp_path, 6, keep=2, content=b"redone")
     assert _steps(tmp_path) == ["5", "6"] and latest_verified(tmp_path) == tmp_path / "6"
+
+
+def test_step_damage_names_the_file_and_sizes_alone_pass_a_flipped_byte(tmp_path):
+    path = _publish(tmp_path, 1, content=b"step")
+    assert step_damage(path) is None
+    (path / "data.bin").write_bytes(b"stop")  # the same size, another hash
+    assert "sha256 does not match" in str(step_damage(path))
+    assert step_damage(path, contents=False) is None
+    (path / "data.bin").write_bytes(b"st")
+    assert str(step_damage(path, contents=False)) == f"{path / 'data.bin'}: size 2, manifest.json says 4"
+
+
+def test_a_step_without_a_manifest_is_whole_only_when_it_holds_the_legacy_marker(tmp_path):
+    legacy = tmp_path / "3"
+    legacy.mkdir()
+    (legacy / "state.pt").write_bytes(b"written last")
+    assert step_damage(legacy, legacy_marker="state.pt") is None
+    assert "no manifest.json" in str(step_damage(legacy))
+    assert step_damage(legacy, legacy_marker="other.pt") is not None
+
+
+def test_latest_verified_skips_an_unpublished_step_silently_and_warns_of_a_damaged_one(tmp_path, caplog):
+    _publish(tmp_path, 1)
+    (tmp_path / "2").mkdir()  # no manifest: never published
+    damaged = _publish(tmp_path, 3)
+    (damaged / "data.bin").write_bytes(b"")
+    with caplog.at_level(logging.WARNING, logger="realm.model.publish"):
+        assert latest_verified(tmp_path) == tmp_path / "1"
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{damaged / 'data.bin'}: size 0, manifest.json says 4; falling back to an older step"
+    ]
+    assert latest_verified(tmp_path, legacy_marker="data.bin") == tmp_path / "1"
+    (tmp_path / "2" / "data.bin").write_bytes(b"legacy")
+    assert latest_verified(tmp_path, legacy_marker="data.bin") == tmp_path / "2"
