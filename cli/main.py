@@ -553,6 +553,13 @@ def main(argv: list[str] | None = None) -> int:
 
             prefect_server.install()
         return args.handler(args, extra)
+    except SystemExit as refusal:
+        if not isinstance(refusal.code, str):  # argparse's own exits carry their code
+            raise
+        # A refusal naming its reason: the same one line and exit code as the errors below
+        # (Python would exit 1 with it).
+        print(refusal.code, file=sys.stderr)
+        return 2
     except (QAFormatError, ArtifactError, IntegrityError, FileNotFoundError) as error:
         # Errors a user can fix: one line saying what and where, not a traceback.
         if args.debug or os.environ.get("REALM_DEBUG"):

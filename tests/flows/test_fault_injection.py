@@ -8,7 +8,6 @@ import logging
 import os
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -99,9 +98,8 @@ def _outcome(run: Path, argv: list[str], capsys, caplog) -> tuple[int, str, str,
     with caplog.at_level(logging.WARNING):
         try:
             code = main(_command(run, argv))
-        except SystemExit as stop:  # argparse-style exits: a message is exit code 1
-            code = stop.code if isinstance(stop.code, int) else 1
-            print(stop.code, file=sys.stderr)
+        except SystemExit as stop:  # argparse's own exits, with their code
+            code = stop.code
     captured = capsys.readouterr()
     out = re.sub(r"in \d+ s", "in N s", captured.out)
     warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
