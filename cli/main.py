@@ -257,11 +257,12 @@ def _index(args: argparse.Namespace, extra: list[str]) -> int:
     from realm.model.networks.config import set_transformers_verbosity_error
     from realm.model.networks.device import select_device
     from realm.model.qa.other_corpus import index_other_corpus
+    from realm.schemas.writer_lock import WriterBusy
 
     set_transformers_verbosity_error()
     try:
         update = index_other_corpus(args.run, args.corpus, args.name, args.max_block_wordpieces, select_device(args.device))
-    except ValueError as error:  # a bad name, a BM25 run, a block length that does not match
+    except (ValueError, WriterBusy) as error:  # a bad name, a BM25 run, a block length that does not match, a second writer
         raise SystemExit(f"realm index: {error}") from None
     if args.json:
         _print_json(update.__dict__)

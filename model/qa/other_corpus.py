@@ -29,6 +29,7 @@ from realm.schemas import BLOCK_ENTITIES, BLOCKS, read_table, write_table
 from realm.schemas.io import parquet_files
 from realm.schemas.leftovers import remove_leftovers
 from realm.schemas.run_layout import RunLayout
+from realm.schemas.writer_lock import writer_lock
 
 
 def trained_doc_tower(index_path: str | os.PathLike) -> tuple[Path, int, int | None]:
@@ -79,22 +80,23 @@ def index_other_corpus(
         raise ValueError(f"{source}: the corpus holds no blocks")
     _check_ids_unique(blocks, source)
     entities_in_id_order(tagged, np.sort(blocks["block_id"].to_numpy()), entities)
-    remove_leftovers(other.root)  # the staged copies of an attempt that was killed
-    staged: list[Path] = []
-    try:
-        staged_blocks = _stage(blocks, Path(other.blocks), BLOCKS, staged)
-        staged_entities = _stage(tagged, Path(other.block_entities), BLOCK_ENTITIES, staged)
-        update = index_corpus(
-            str(staged_blocks), str(snapshot), step, other.embeddings, other.index,
-            ModelConfig.preset(trained.model_preset), length, device, corpus_name=name, source=str(source.resolve()),
-        )
-        # A crash between the two leaves entities that tag other blocks: loading them refuses that, naming them,
-        # and indexing the name again mends it.
-        replace_dir(staged_entities, Path(other.block_entities))
-        replace_dir(staged_blocks, Path(other.blocks))
-    finally:  # a failed attempt leaves no copy of the corpus behind (a replaced one is gone already)
-        for path in staged:
-            shutil.rmtree(path, ignore_errors=True)
+    with writer_lock(other.root, f"corpus {name!r}"):
+        remove_leftovers(other.root)  # the staged copies of an attempt that was killed
+        staged: list[Path] = []
+        try:
+            staged_blocks = _stage(blocks, Path(other.blocks), BLOCKS, staged)
+            staged_entities = _stage(tagged, Path(other.block_entities), BLOCK_ENTITIES, staged)
+            update = index_corpus(
+                str(staged_blocks), str(snapshot), step, other.embeddings, other.index,
+                ModelConfig.preset(trained.model_preset), length, device, corpus_name=name, source=str(source.resolve()),
+            )
+            # A crash between the two leaves entities that tag other blocks: loading them refuses that, naming them,
+            # and indexing the name again mends it.
+            replace_dir(staged_entities, Path(other.block_entities))
+            replace_dir(staged_blocks, Path(other.blocks))
+        finally:  # a failed attempt leaves no copy of the corpus behind (a replaced one is gone already)
+            for path in staged:
+                shutil.rmtree(path, ignore_errors=True)
     return update
 
 

@@ -185,6 +185,11 @@ def test_realm_index_then_ask_from_the_other_corpus(trained_run, blocks_table, b
     assert err.count("\n") == 1 and "no corpus 'other' indexed for this run" in err
     _refused(["index", "--run", str(trained_run.root), "--corpus", str(tmp_path / "nile"), "--name", "../x"],
              "^realm index: .*must be letters, digits", capsys)
+    from realm.schemas.writer_lock import writer_lock
+
+    with writer_lock(trained_run.root / "corpora" / "nile", "corpus 'nile'"):
+        _refused(["index", "--run", str(trained_run.root), "--corpus", str(tmp_path / "nile"), "--name", "nile"],
+                 "^realm index: .*another process is writing corpus 'nile' now; run again when it ends$", capsys)
 
 
 def test_realm_info_shows_stages_what_answers_and_each_indexs_lineage(trained_run, capsys):

@@ -82,3 +82,13 @@ def test_a_failed_indexing_leaves_no_copy_of_the_corpus(trained_run, monkeypatch
     with pytest.raises(RuntimeError, match="the disk filled up"):
         index_other_corpus(trained_run.root, trained_run.root, "copy")
     assert [p.name for p in (trained_run.root / "corpora" / "copy").iterdir()] == []
+
+
+def test_a_second_indexing_of_one_name_at_once_is_refused_and_changes_nothing(trained_run):
+    from realm.schemas.writer_lock import WriterBusy, writer_lock
+
+    busy = trained_run.root / "corpora" / "busy"
+    with writer_lock(busy, "corpus 'busy'"):  # as a `realm index` still running holds it
+        with pytest.raises(WriterBusy, match=f"^{busy}: another process is writing corpus 'busy' now"):
+            index_other_corpus(trained_run.root, trained_run.root, "busy")
+    assert list(busy.iterdir()) == []
