@@ -7,7 +7,8 @@ extracts each page's main text with trafilatura (offline: it is handed the HTML,
 to fetch). A page whose text is only navigation (menus, link lists, a section's headlines:
 trafilatura's fallback keeps those when it finds no article) is dropped with its reason. Documents of both are keyed by a hash of their URL, so one article gets the same
 native id whichever way it was read. A WARC that is truncated or damaged keeps the records
-read before the damage and adds one `read_corrupt_warc` dead letter.
+read before the damage and adds one `read_corrupt_warc` dead letter; a response record that
+names no URL (`WARC-Target-URI`) is a `read_no_target_uri` dead letter and reading goes on.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ _META_CHARSET = re.compile(_CHARSET.encode("ascii"), re.IGNORECASE)
 # start is ArchiveLoadFailed, a header block cut short an AttributeError. Damage inside a
 # gzip member ends the iteration quietly instead, which the end-offset check catches.
 _DAMAGED_WARC_ERRORS = (ArchiveLoadFailed, StatusAndHeadersParserException, AttributeError)
+_NO_TARGET_URI = object()
 # Prose has a paragraph with a sentence of at least this many words; menu items, link lists
 # and headlines have none (they are short, or end without a full stop).
 MIN_SENTENCE_WORDS = 6
@@ -165,7 +167,10 @@ class ReadWarcResponsesFn(beam.DoFn):
         with readable.open(
             mime_type="application/octet-stream", compression_type=CompressionTypes.UNCOMPRESSED
         ) as handle:
-            records = ArchiveIterator(handle)
+            # HTTP headers are parsed below, as warcio would, once the record is known to name its
+            # URL: warcio's own parse raises on a response without WARC-Target-URI, which would
+            # end the file's reading there.
+            records = ArchiveIterator(handle, no_record_parse=True)
             damage = None  # (offset, detail) of the first damaged record
             while True:
                 record_start = records.offset
@@ -173,15 +178,19 @@ class ReadWarcResponsesFn(beam.DoFn):
                     record = next(records, None)
                     if record is None:
                         break
-                    body = self._html_body(record)
+                    body = self._html_body(record, records.loader)
                     records.read_to_end()
                 except _DAMAGED_WARC_ERRORS as error:
-                    damage = record_start, f"{type(error).__name__}: {error}"
+                    # One line: warcio's advice for a whole-file gzip (recompress it) spans several.
+                    damage = record_start, f"{type(error).__name__}: {' '.join(str(error).split())}"
                     break
                 if not isinstance(record.raw_stream, LimitReader) or record.raw_stream.limit > 0:
                     damage = record_start, "record shorter than its Content-Length"
                     break
-                if body is not None:
+                if body is _NO_TARGET_URI:
+                    yield reject(STAGE, f"{path}:{record_start}", "read_no_target_uri",
+                                 "a response record without WARC-Target-URI: no URL to key or extract it by")
+                elif body is not None:
                     outcome = self._page_or_rejection(f"{path}:{record_start}", record, body)
                     pages += isinstance(outcome, HtmlPage)
                     yield outcome
@@ -194,9 +203,16 @@ class ReadWarcResponsesFn(beam.DoFn):
                 yield reject(STAGE, f"{path}:{offset}", "read_corrupt_warc", detail)
         logging.info("read %d HTML pages from %s", pages, path)
 
-    def _html_body(self, record) -> bytes | None:
-        """The decoded HTTP payload of an HTML response record, or None for any other record."""
-        if record.rec_type != "response" or record.http_headers is None:
+    def _html_body(self, record, loader) -> bytes | object | None:
+        """The decoded HTTP payload of an HTML response record, `_NO_TARGET_URI` for a response
+        without its URL, None for any other record."""
+        if record.rec_type != "response":
+            return None
+        url = record.rec_headers.get_header("WARC-Target-URI")
+        if not url:
+            return _NO_TARGET_URI
+        record.http_headers = loader.load_http_headers(record.rec_type, url, record.raw_stream, record.length)
+        if record.http_headers is None:  # not an http(s) URL, or an empty record
             return None
         if not record.http_headers.get_statuscode().startswith("2"):
             self.skipped_http_status.inc()

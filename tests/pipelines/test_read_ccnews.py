@@ -134,10 +134,14 @@ def test_warc_html_responses_become_documents_and_bad_or_damaged_records_dead_le
     # Cut inside the second gzip member's header block: warcio itself stops without an error.
     cut_gz = warc_records(gzip=True, pages=two_pages)
     (tmp_path / "cut-header.warc.gz").write_bytes(cut_gz[0] + cut_gz[1][:40])
+    # A response that names no URL is one dead letter; the records after it are still read.
+    no_uri = cut[0].replace(f"WARC-Target-URI: {BRIDGE_URL}\r\n".encode(), b"")
+    assert no_uri != cut[0]
+    (tmp_path / "no-uri.warc").write_bytes(no_uri + cut[1])
 
     pipeline = TestPipeline()
     outputs = pipeline | ReadWarc(str(tmp_path / "*.warc*"))
-    assert_that(outputs["documents"], equal_to([BRIDGE, CAFE, BRIDGE, BRIDGE]), label="Documents")
+    assert_that(outputs["documents"], equal_to([BRIDGE, CAFE, BRIDGE, BRIDGE, CAFE]), label="Documents")
     crawl_path = tmp_path / "crawl.warc.gz"
     assert_that(
         dead_letter_keys(outputs["dead_letter"]),
@@ -148,6 +152,7 @@ def test_warc_html_responses_become_documents_and_bad_or_damaged_records_dead_le
                 ("read", "read_navigation_only", f"{crawl_path}:{sum(map(len, crawl[:5]))}"),
                 ("read", "read_corrupt_warc", f"{tmp_path / 'cut.warc'}:{len(cut[0])}"),
                 ("read", "read_corrupt_warc", f"{tmp_path / 'cut-header.warc.gz'}:{len(cut_gz[0])}"),
+                ("read", "read_no_target_uri", f"{tmp_path / 'no-uri.warc'}:0"),
             ]
         ),
         label="DeadLetters",
@@ -157,3 +162,19 @@ def test_warc_html_responses_become_documents_and_bad_or_damaged_records_dead_le
     counters = result.metrics().query(MetricsFilter().with_namespace("realm.read"))["counters"]
     skipped = {c.key.metric.name: c.committed for c in counters if c.key.metric.name.startswith("skipped_")}
     assert skipped == {"skipped_non_html": 1, "skipped_http_status": 1}
+
+
+def test_a_whole_file_gzip_keeps_its_first_record_and_says_in_one_line_to_recompress(tmp_path, no_network):
+    # warcio reads only a gzip member per record; one member for the whole file ends after the first.
+    import gzip
+
+    records = warc_records(gzip=False, pages=[("response", BRIDGE_URL, BRIDGE_HTML.encode()),
+                                              ("response", CAFE_URL, CAFE_HTML.encode())])
+    (tmp_path / "whole.warc.gz").write_bytes(gzip.compress(b"".join(records)))
+    pipeline = TestPipeline()
+    outputs = pipeline | ReadWarc(str(tmp_path / "*.warc.gz"))
+    assert_that(outputs["documents"], equal_to([BRIDGE]), label="Documents")
+    details = outputs["dead_letter"] | beam.Map(
+        lambda row: (row["reason"], "\n" in row["detail"], "warcio recompress" in row["detail"]))
+    assert_that(details, equal_to([("read_corrupt_warc", False, True)]), label="DeadLetters")
+    pipeline.run().wait_until_finish()
