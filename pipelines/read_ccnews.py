@@ -8,7 +8,8 @@ to fetch). A page whose text is only navigation (menus, link lists, a section's 
 trafilatura's fallback keeps those when it finds no article) is dropped with its reason. Documents of both are keyed by a hash of their URL, so one article gets the same
 native id whichever way it was read. A WARC that is truncated or damaged keeps the records
 read before the damage and adds one `read_corrupt_warc` dead letter; a response record that
-names no URL (`WARC-Target-URI`) is a `read_no_target_uri` dead letter and reading goes on.
+names no URL (`WARC-Target-URI`) is a `read_no_target_uri` dead letter, one that does not end
+where its Content-Length says a `read_bad_content_length` one, and reading goes on.
 """
 
 from __future__ import annotations
@@ -173,7 +174,7 @@ class ReadWarcResponsesFn(beam.DoFn):
             records = ArchiveIterator(handle, no_record_parse=True)
             damage = None  # (offset, detail) of the first damaged record
             while True:
-                record_start = records.offset
+                record_start, misplaced_ends = records.offset, records.err_count
                 try:
                     record = next(records, None)
                     if record is None:
@@ -187,7 +188,12 @@ class ReadWarcResponsesFn(beam.DoFn):
                 if not isinstance(record.raw_stream, LimitReader) or record.raw_stream.limit > 0:
                     damage = record_start, "record shorter than its Content-Length"
                     break
-                if body is _NO_TARGET_URI:
+                if records.err_count > misplaced_ends:
+                    # warcio found no blank line where the Content-Length says the record ends, and
+                    # skipped to the next record: the body read would be cut short.
+                    yield reject(STAGE, f"{path}:{record_start}", "read_bad_content_length",
+                                 "the record does not end where its Content-Length says")
+                elif body is _NO_TARGET_URI:
                     yield reject(STAGE, f"{path}:{record_start}", "read_no_target_uri",
                                  "a response record without WARC-Target-URI: no URL to key or extract it by")
                 elif body is not None:

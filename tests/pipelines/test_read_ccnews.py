@@ -1,4 +1,5 @@
 import json
+import re
 
 import apache_beam as beam
 import pytest
@@ -138,10 +139,14 @@ def test_warc_html_responses_become_documents_and_bad_or_damaged_records_dead_le
     no_uri = cut[0].replace(f"WARC-Target-URI: {BRIDGE_URL}\r\n".encode(), b"")
     assert no_uri != cut[0]
     (tmp_path / "no-uri.warc").write_bytes(no_uri + cut[1])
+    # A Content-Length 40 bytes short would cut the page: that record is one dead letter.
+    length = re.search(rb"Content-Length: (\d+)\r\n", cut[0])
+    short = cut[0].replace(length[0], b"Content-Length: %d\r\n" % (int(length[1]) - 40), 1)
+    (tmp_path / "short-length.warc").write_bytes(short + cut[1])
 
     pipeline = TestPipeline()
     outputs = pipeline | ReadWarc(str(tmp_path / "*.warc*"))
-    assert_that(outputs["documents"], equal_to([BRIDGE, CAFE, BRIDGE, BRIDGE, CAFE]), label="Documents")
+    assert_that(outputs["documents"], equal_to([BRIDGE, CAFE, BRIDGE, BRIDGE, CAFE, CAFE]), label="Documents")
     crawl_path = tmp_path / "crawl.warc.gz"
     assert_that(
         dead_letter_keys(outputs["dead_letter"]),
@@ -153,6 +158,7 @@ def test_warc_html_responses_become_documents_and_bad_or_damaged_records_dead_le
                 ("read", "read_corrupt_warc", f"{tmp_path / 'cut.warc'}:{len(cut[0])}"),
                 ("read", "read_corrupt_warc", f"{tmp_path / 'cut-header.warc.gz'}:{len(cut_gz[0])}"),
                 ("read", "read_no_target_uri", f"{tmp_path / 'no-uri.warc'}:0"),
+                ("read", "read_bad_content_length", f"{tmp_path / 'short-length.warc'}:0"),
             ]
         ),
         label="DeadLetters",
