@@ -8,8 +8,10 @@ to fetch). A page whose text is only navigation (menus, link lists, a section's 
 trafilatura's fallback keeps those when it finds no article) is dropped with its reason. Documents of both are keyed by a hash of their URL, so one article gets the same
 native id whichever way it was read. A WARC that is truncated or damaged keeps the records
 read before the damage and adds one `read_corrupt_warc` dead letter; a response record that
-names no URL (`WARC-Target-URI`) is a `read_no_target_uri` dead letter, one that does not end
-where its Content-Length says a `read_bad_content_length` one, and reading goes on.
+names no URL (`WARC-Target-URI`) is a `read_no_target_uri` dead letter and reading goes on; an
+HTML response with no blank line where its Content-Length says it ends (a length too short, which
+would cut the page) is a `read_bad_content_length` one, and reading goes on when warcio finds the
+next record after it (else the rest is the file's `read_corrupt_warc`).
 """
 
 from __future__ import annotations
@@ -188,14 +190,14 @@ class ReadWarcResponsesFn(beam.DoFn):
                 if not isinstance(record.raw_stream, LimitReader) or record.raw_stream.limit > 0:
                     damage = record_start, "record shorter than its Content-Length"
                     break
-                if records.err_count > misplaced_ends:
-                    # warcio found no blank line where the Content-Length says the record ends, and
-                    # skipped to the next record: the body read would be cut short.
-                    yield reject(STAGE, f"{path}:{record_start}", "read_bad_content_length",
-                                 "the record does not end where its Content-Length says")
-                elif body is _NO_TARGET_URI:
+                if body is _NO_TARGET_URI:
                     yield reject(STAGE, f"{path}:{record_start}", "read_no_target_uri",
                                  "a response record without WARC-Target-URI: no URL to key or extract it by")
+                elif body is not None and records.err_count > misplaced_ends:
+                    # warcio found no blank line where the Content-Length says the record ends and
+                    # skipped a line on: a length too short, and the page read is cut short.
+                    yield reject(STAGE, f"{path}:{record_start}", "read_bad_content_length",
+                                 "no blank line where its Content-Length says the record ends")
                 elif body is not None:
                     outcome = self._page_or_rejection(f"{path}:{record_start}", record, body)
                     pages += isinstance(outcome, HtmlPage)

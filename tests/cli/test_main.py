@@ -189,7 +189,7 @@ def test_realm_index_then_ask_from_the_other_corpus(trained_run, blocks_table, b
 
     with writer_lock(trained_run.root / "corpora" / "nile", "corpus 'nile'"):
         _refused(["index", "--run", str(trained_run.root), "--corpus", str(tmp_path / "nile"), "--name", "nile"],
-                 "^realm index: .*another process is writing corpus 'nile' now; run again when it ends$", capsys)
+                 "^realm index: .*another writer holds corpus 'nile' now; run again when it ends$", capsys)
 
 
 def test_realm_info_shows_stages_what_answers_and_each_indexs_lineage(trained_run, capsys):
@@ -279,3 +279,15 @@ def test_realm_info_shows_the_lineage_of_an_index_in_another_run(trained_run, tm
     info = run_info(trained_run.root)
     assert info["answers_with"] == {"checkpoint": "checkpoints/finetune/5", "index": str(elsewhere)}
     assert info["indexes"][str(elsewhere)] == info["indexes"]["index/0"]
+
+
+def test_an_exit_code_a_command_raises_passes_through(monkeypatch, tmp_path):
+    import realm.cli.main
+
+    def exits(args, extra):
+        raise SystemExit(3)
+
+    monkeypatch.setattr(realm.cli.main, "_info", exits)
+    with pytest.raises(SystemExit) as exit_:
+        main(["info", "--run", str(tmp_path)])
+    assert exit_.value.code == 3

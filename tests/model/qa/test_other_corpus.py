@@ -89,6 +89,6 @@ def test_a_second_indexing_of_one_name_at_once_is_refused_and_changes_nothing(tr
 
     busy = trained_run.root / "corpora" / "busy"
     with writer_lock(busy, "corpus 'busy'"):  # as a `realm index` still running holds it
-        with pytest.raises(WriterBusy, match=f"^{busy}: another process is writing corpus 'busy' now"):
+        with pytest.raises(WriterBusy, match=f"^{busy}: another writer holds corpus 'busy' now"):
             index_other_corpus(trained_run.root, trained_run.root, "busy")
     assert list(busy.iterdir()) == []
