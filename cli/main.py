@@ -555,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
             prefect_server.install()
         return args.handler(args, extra)
     except SystemExit as refusal:
-        if not isinstance(refusal.code, str):  # argparse's own exits carry their code
+        if not isinstance(refusal.code, str):  # an exit code (a command's, uvicorn's) passes through
             raise
         # A refusal naming its reason: the same one line and exit code as the errors below
         # (Python would exit 1 with it).

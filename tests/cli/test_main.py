@@ -14,7 +14,7 @@ def _refused(argv: list[str], pattern: str, capsys) -> None:
     assert main(argv) == 2
     captured = capsys.readouterr()
     assert captured.err.count("\n") == 1 and re.search(pattern, captured.err), captured.err
-    assert "Traceback" not in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
 
 
 def test_train_param_overrides_are_typed_like_the_ui_form(monkeypatch, tmp_path, capsys):
