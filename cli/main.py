@@ -257,12 +257,11 @@ def _index(args: argparse.Namespace, extra: list[str]) -> int:
     from realm.model.networks.config import set_transformers_verbosity_error
     from realm.model.networks.device import select_device
     from realm.model.qa.other_corpus import index_other_corpus
-    from realm.schemas.writer_lock import WriterBusy
 
     set_transformers_verbosity_error()
     try:
         update = index_other_corpus(args.run, args.corpus, args.name, args.max_block_wordpieces, select_device(args.device))
-    except (ValueError, WriterBusy) as error:  # a bad name, a BM25 run, a block length that does not match, a second writer
+    except ValueError as error:  # a bad name, a BM25 run, a block length that does not match
         raise SystemExit(f"realm index: {error}") from None
     if args.json:
         _print_json(update.__dict__)
@@ -546,6 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     from realm.model.publish import IntegrityError
     from realm.model.qa.qa_data import QAFormatError
     from realm.schemas import ArtifactError
+    from realm.schemas.writer_lock import WriterBusy
 
     try:
         _check_question_files(args)
@@ -561,8 +561,8 @@ def main(argv: list[str] | None = None) -> int:
         # (Python would exit 1 with it).
         print(refusal.code, file=sys.stderr)
         return 2
-    except (QAFormatError, ArtifactError, IntegrityError, FileNotFoundError) as error:
-        # Errors a user can fix: one line saying what and where, not a traceback.
+    except (QAFormatError, ArtifactError, IntegrityError, FileNotFoundError, WriterBusy) as error:
+        # Errors a user can fix (a second writer: by waiting): one line saying what and where, not a traceback.
         if args.debug or os.environ.get("REALM_DEBUG"):
             raise
         print(f"realm {args.command}: {error}", file=sys.stderr)

@@ -41,13 +41,14 @@ def train_finetune_stage(
     if params.cloze_questions:
         cloze = cloze_questions(layout.pretrain_examples, params.cloze_questions, seed, params.max_question_wordpieces)
         get_run_logger().info("and %d cloze questions from %s", len(cloze), layout.pretrain_examples)
-    trainer = FinetuneTrainer(
-        examples, layout.blocks, index_path, init_checkpoint, layout.checkpoints("finetune"),
-        ModelConfig.preset(model_preset), FinetuneConfig(**params.model_dump(include=set(FinetuneConfig.model_fields))),
-        device=select_device(device), reader_init=reader_init, seed=seed, extra_training=cloze,
-    )
-    reporter = TrainingReporter("finetune", layout.reports, trainer.step)
-    result = trainer.run(reporter)
+    with layout.training_lock():
+        trainer = FinetuneTrainer(
+            examples, layout.blocks, index_path, init_checkpoint, layout.checkpoints("finetune"),
+            ModelConfig.preset(model_preset), FinetuneConfig(**params.model_dump(include=set(FinetuneConfig.model_fields))),
+            device=select_device(device), reader_init=reader_init, seed=seed, extra_training=cloze,
+        )
+        reporter = TrainingReporter("finetune", layout.reports, trainer.step)
+        result = trainer.run(reporter)
     reporter.publish_curves()
     get_run_logger().info(
         "fine-tuned %d steps on %d questions with an answer among their candidates (%d without, left out; %d held out "

@@ -24,12 +24,13 @@ def train_ict_stage(output: str, model_preset: str, params: IctParams, seed: int
     from realm.model.training.train_ict import IctTrainer
 
     layout = RunLayout.at(output)
-    trainer = IctTrainer(
-        layout.ict_examples, layout.checkpoints("ict"), ModelConfig.preset(model_preset), params,
-        device=select_device(device), seed=seed,
-    )
-    reporter = TrainingReporter("ict", layout.reports, trainer.step, params.steps)
-    result = trainer.run(reporter)
+    with layout.training_lock():
+        trainer = IctTrainer(
+            layout.ict_examples, layout.checkpoints("ict"), ModelConfig.preset(model_preset), params,
+            device=select_device(device), seed=seed,
+        )
+        reporter = TrainingReporter("ict", layout.reports, trainer.step, params.steps)
+        result = trainer.run(reporter)
     reporter.publish_curves()
     get_run_logger().info(
         "ICT: held-out top-1 retrieval accuracy %.3f on %d examples (checkpoint %s)",

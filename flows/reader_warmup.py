@@ -31,12 +31,13 @@ def train_reader_warmup_stage(
     layout = RunLayout.at(output)
     questions = cloze_questions(layout.pretrain_examples, params.questions, seed, params.max_question_wordpieces)
     get_run_logger().info("reader warm-up on %d cloze questions from %s", len(questions), layout.pretrain_examples)
-    trainer = FinetuneTrainer(
-        questions, layout.blocks, index_path, init_checkpoint, layout.checkpoints("warmup"),
-        ModelConfig.preset(model_preset), params, device=select_device(device), seed=seed,
-    )
-    reporter = TrainingReporter("warmup", layout.reports, trainer.step)
-    result = trainer.run(reporter)
+    with layout.training_lock():
+        trainer = FinetuneTrainer(
+            questions, layout.blocks, index_path, init_checkpoint, layout.checkpoints("warmup"),
+            ModelConfig.preset(model_preset), params, device=select_device(device), seed=seed,
+        )
+        reporter = TrainingReporter("warmup", layout.reports, trainer.step)
+        result = trainer.run(reporter)
     reporter.publish_curves()
     get_run_logger().info(
         "reader warm-up: %d steps on %d cloze questions with an answer among their candidates (%d without); "

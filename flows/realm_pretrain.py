@@ -85,12 +85,6 @@ def realm_pretrain(
     layout.record_model_preset(run.model_preset)
     if init_retriever is None and (ict := latest_checkpoint(layout.checkpoints("ict"))) is not None:
         init_retriever = str(ict)
-    trainer = PretrainTrainer(
-        layout.blocks, layout.pretrain_examples, layout.checkpoints("pretrain"), ModelConfig.preset(run.model_preset),
-        params, init_retriever=init_retriever, device=select_device(run.device), seed=run.seed,
-    )
-    logger.info("pre-training from step %d to %d (retriever init: %s)", trainer.step, params.steps, init_retriever)
-    reporter = TrainingReporter("pretrain", layout.reports, trainer.step, params.steps)
 
     def refresh(snapshot_dir: str, snapshot_step: int) -> _RefreshTaskRun:
         return _RefreshTaskRun(refresh_index.submit(
@@ -103,7 +97,14 @@ def realm_pretrain(
             reporter.record({"step": step, **evaluation})
 
     roots = IndexRoots(layout.index, layout.embeddings, str(layout.snapshots))
-    result = trainer.run(PretrainHooks(reporter, evaluated, refresh), roots)
+    with layout.training_lock():
+        trainer = PretrainTrainer(
+            layout.blocks, layout.pretrain_examples, layout.checkpoints("pretrain"), ModelConfig.preset(run.model_preset),
+            params, init_retriever=init_retriever, device=select_device(run.device), seed=run.seed,
+        )
+        logger.info("pre-training from step %d to %d (retriever init: %s)", trainer.step, params.steps, init_retriever)
+        reporter = TrainingReporter("pretrain", layout.reports, trainer.step, params.steps)
+        result = trainer.run(PretrainHooks(reporter, evaluated, refresh), roots)
     reporter.publish_curves(("loss", "retrieval_entropy", "accuracy_with_retrieval", "accuracy_null_only"))
     _publish_summary(result.evaluations, result.refreshes)
     _write_outcomes(layout, result.outcomes)

@@ -25,14 +25,22 @@ class IntegrityError(RuntimeError):
 
 
 def read_manifest(directory: str | os.PathLike) -> dict:
-    """The manifest of `directory`; `IntegrityError` naming it if it has none or it does not parse."""
+    """The manifest of `directory`; `IntegrityError` naming it if it has none, it does not
+    parse, or it is not an object listing files, each with its sha256."""
     path = Path(directory) / MANIFEST_FILE
     if not path.is_file():
         raise IntegrityError(f"{directory}: no {MANIFEST_FILE}; not a published step")
     try:
-        return json.loads(path.read_text())
+        manifest = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise IntegrityError(f"{path}: does not parse ({error})") from None
+    # A manifest that lists nothing would vouch for any directory.
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files", manifest.get("sha256")), dict):
+        raise IntegrityError(f"{path}: not a manifest (no object of files)")
+    for name, listed in _listed_files(manifest).items():
+        if not isinstance(listed.get("sha256") if isinstance(listed, dict) else None, str):
+            raise IntegrityError(f"{path}: {name!r} is listed without its sha256")
+    return manifest
 
 
 def verify_step(directory: str | os.PathLike, *, contents: bool = True) -> dict:
@@ -56,7 +64,7 @@ def verify_step(directory: str | os.PathLike, *, contents: bool = True) -> dict:
     return manifest
 
 
-def _listed_files(manifest: dict) -> dict[str, dict]:
+def _listed_files(manifest: dict) -> dict:
     if "files" in manifest:
         return manifest["files"]
     # Indexes published before sizes were recorded list their files' sha256 alone.

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from realm.schemas.io import ArtifactError
+from realm.schemas.writer_lock import writer_lock
 
 RUN_FILE = "run.json"
 CORPORA_DIR = "corpora"
@@ -68,6 +70,11 @@ class RunLayout:
 
     def checkpoints(self, stage: str) -> str:
         return str(self.root / "checkpoints" / stage)
+
+    def training_lock(self) -> AbstractContextManager[None]:
+        """One training at a time in this run (`writer_lock` on `checkpoints/`): a second one
+        would write its steps among the first's, or set aside the stage the first is writing."""
+        return writer_lock(self.root / "checkpoints", "the run's checkpoints")
 
     @property
     def snapshots(self) -> Path:

@@ -36,6 +36,7 @@ def initial_components(
     reader_dropout: float | None = None,
     answer_pointer: bool = False,
     block_relevance: bool = False,
+    encoder_share: float = 1.0,
 ) -> dict[str, PreTrainedModel]:
     """reader (and query_embedder when `with_query_embedder`) of a fresh run (module
     docstring): a `reader_init` holding a reader (a warm-up's) gives the whole reader, span MLP
@@ -44,7 +45,10 @@ def initial_components(
     preset's dropout); its saved config keeps that rate, so a resumed run trains with it too.
     `answer_pointer`: the reader points from an answer slot, started from the encoder's copy
     head (a warm-up's reader must have one already). `block_relevance`: the reader scores each
-    block as a whole (`Reader`), from zero; a warm-up's reader must have it already."""
+    block as a whole (`Reader`), from zero; a warm-up's reader must have it already.
+    `encoder_share` < 1: the reader's BERT and question-match vector start that far along the
+    line from the warm start (and its zero vector) to the encoder's; a warm-up's reader, trained
+    whole, is refused with it."""
     reader_config = dataclasses.replace(model_config, answer_pointer=answer_pointer, block_relevance=block_relevance)
     if reader_dropout is not None:
         reader_config = dataclasses.replace(reader_config, hidden_dropout=reader_dropout)
@@ -70,11 +74,14 @@ def initial_components(
     if reader_init is not None:
         init = load_components(reader_init)
         if "reader" in init:
+            if encoder_share < 1:
+                raise ValueError(f"{reader_init}: a warm-up's reader starts whole; encoder_share {encoder_share} needs an encoder")
             _load_into(components["reader"], init["reader"], reader_init, "reader")
         elif "encoder" in init:
-            _load_into(components["reader"].bert, init["encoder"].bert, reader_init, "encoder")
             # Zero unless pre-training flagged the masked sentence's words for it.
-            _load_into(components["reader"].question_match, init["encoder"].question_match, reader_init, "encoder")
+            for part in ("bert", "question_match"):
+                target = getattr(components["reader"], part)
+                _load_into(target, _interpolated(target, getattr(init["encoder"], part), encoder_share), reader_init, "encoder")
             if answer_pointer:
                 components["reader"].answer_pointer.start_from(init["encoder"].copy_head)
         else:
@@ -82,8 +89,22 @@ def initial_components(
     return {name: component.to(device) for name, component in components.items()}
 
 
-def _load_into(target: torch.nn.Module, source: torch.nn.Module, checkpoint: str, name: str) -> None:
+def _interpolated(start: torch.nn.Module, end: torch.nn.Module, share: float) -> dict[str, torch.Tensor] | torch.nn.Module:
+    """`end`'s weights, or at `share` < 1 the point that far from `start`'s towards them (a
+    state dict; integer buffers such as position ids are `end`'s)."""
+    if share == 1:
+        return end
+    starts = start.state_dict()
+    return {
+        name: torch.lerp(starts[name].to(value.dtype), value, share) if value.is_floating_point() else value
+        for name, value in end.state_dict().items()
+    }
+
+
+def _load_into(
+    target: torch.nn.Module, source: torch.nn.Module | dict[str, torch.Tensor], checkpoint: str, name: str
+) -> None:
     try:
-        target.load_state_dict(source.state_dict())
+        target.load_state_dict(source if isinstance(source, dict) else source.state_dict())
     except RuntimeError as error:
         raise ValueError(f"{checkpoint}: {name} does not match the model config: {error}") from error

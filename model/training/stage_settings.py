@@ -233,6 +233,14 @@ class FinetuneConfig(RetentionConfig):
         False, description="the reader scores each read block as a whole from its [CLS] state (a linear map from zero, "
         "trained at span_head_learning_rate) and adds it to every span of the block (DPR's passage selector)",
     )
+    # A pre-trained encoder can read worse than the warm start it was pre-trained from
+    # (README, the reproduction's swapped rows); a point on the line between the two keeps
+    # both in one basin (WiSE-FT, Wortsman et al. 2022, interpolates a fine-tuned model with its start).
+    encoder_share: float = Field(
+        1.0, ge=0, le=1, description="the reader's BERT starts at this share of the pre-trained encoder's weights and "
+        "the rest of the model preset's warm start's (1: the encoder as pre-trained, as REALM does); only where the "
+        "reader starts from an encoder",
+    )
     checkpoint_every: int = Field(200, ge=1, description="steps between checkpoints, each validated")
     log_every: int = Field(10, ge=1)
     num_read: int = Field(5, ge=1, description="blocks the reader reads per question (REALM and ORQA: 5)")

@@ -10,6 +10,7 @@ from realm.flows.params import EvaluateParams
 from realm.model.networks.checkpoint import load_components
 from realm.model.qa.qa_data import read_qa_file
 from realm.model.training.train_finetune import is_validation_question
+from realm.schemas.writer_lock import WriterBusy, writer_lock
 from tests.flows.tiny_run import tiny_params
 
 
@@ -34,6 +35,17 @@ def test_bm25_baseline_fine_tunes_the_reader_alone_and_evaluates_with_bm25_evide
     dense = params.finetune.model_copy(update={"retriever": "dense"})
     with pytest.raises(FileNotFoundError, match="pre-training checkpoint"):
         finetune_openqa(params.run, dense)
+
+
+def test_a_second_training_in_one_run_is_refused_while_the_first_writes_its_checkpoints(run_root):
+    params = tiny_params(run_root)
+    finetune = params.finetune.model_copy(update={"retriever": "bm25"})
+    checkpoints = run_root / "checkpoints"
+    with writer_lock(checkpoints, "the run's checkpoints"):
+        with pytest.raises(WriterBusy, match=f"^{checkpoints}: another writer holds the run's checkpoints now"):
+            finetune_openqa(params.run, finetune)
+    assert list(checkpoints.iterdir()) == []
+    assert finetune_openqa(params.run, finetune)["checkpoint"].startswith(str(checkpoints / "finetune"))
 
 
 

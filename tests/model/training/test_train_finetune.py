@@ -441,6 +441,36 @@ def test_reader_init_gives_the_ablations_their_mixed_starting_points(qa_corpus, 
         assert not all(torch.equal(reader[k], v) for k, v in realm["encoder"].bert.state_dict().items()), name
 
 
+def test_encoder_share_starts_the_reader_on_the_line_from_the_warm_start_to_the_encoder(qa_corpus, tmp_path, tiny_config):
+    pretrained = {"query_embedder": build_component(Embedder, tiny_config), "encoder": build_encoder(tiny_config)}
+    with torch.no_grad():
+        pretrained["encoder"].question_match.weight[1] = torch.linspace(-1, 1, tiny_config.bert_config().hidden_size)
+    init = str(save_checkpoint(tmp_path / "pretrain", 100, pretrained))
+    readers = {}
+    for share in (0.0, 0.25, 1.0):
+        config = CONFIG.model_copy(update={"epochs": 0, "encoder_share": share})
+        result, _ = _train(qa_corpus, tmp_path / f"share-{share}", tiny_config, config, init_checkpoint=init)
+        readers[share] = load_components(result["checkpoint"])["reader"].state_dict()
+    warm, encoder, quarter = readers[0.0], readers[1.0], readers[0.25]
+    assert not torch.equal(warm["bert.embeddings.word_embeddings.weight"], encoder["bert.embeddings.word_embeddings.weight"])
+    for key, value in pretrained["encoder"].bert.state_dict().items():
+        assert torch.equal(encoder[f"bert.{key}"], value), key
+        if value.is_floating_point():
+            assert torch.allclose(quarter[f"bert.{key}"], 0.75 * warm[f"bert.{key}"] + 0.25 * value, atol=1e-6), key
+        else:  # position ids and the like are the encoder's
+            assert torch.equal(quarter[f"bert.{key}"], value), key
+    assert not warm["question_match.weight"].any()  # a fresh reader's vector is zero
+    assert torch.allclose(quarter["question_match.weight"], 0.25 * pretrained["encoder"].question_match.weight)
+
+
+def test_encoder_share_refuses_a_warmed_up_reader(qa_corpus, tmp_path, tiny_config):
+    warmed = {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(tiny_config)}
+    init = str(save_checkpoint(tmp_path / "warmup", 7, warmed))
+    config = CONFIG.model_copy(update={"epochs": 0, "encoder_share": 0.5})
+    with pytest.raises(ValueError, match="warmup/7: a warm-up's reader starts whole; encoder_share 0.5 needs an encoder"):
+        _train(qa_corpus, tmp_path / "finetune", tiny_config, config, init_checkpoint=init)
+
+
 def test_bm25_fine_tuning_trains_the_reader_alone_and_checkpoints_only_it(qa_corpus, tmp_path, tiny_config):
     bm25_path = str(Bm25Index.from_blocks(qa_corpus[0]).save(tmp_path / "bm25"))
     config = CONFIG.model_copy(update={"epochs": 12, "batch_size": 4, "checkpoint_every": 12, "num_read": 3, "num_candidates": 3})
