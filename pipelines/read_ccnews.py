@@ -6,12 +6,15 @@
 extracts each page's main text with trafilatura (offline: it is handed the HTML, never a URL
 to fetch). A page whose text is only navigation (menus, link lists, a section's headlines:
 trafilatura's fallback keeps those when it finds no article) is dropped with its reason. Documents of both are keyed by a hash of their URL, so one article gets the same
-native id whichever way it was read. A WARC that is truncated or damaged keeps the records
-read before the damage and adds one `read_corrupt_warc` dead letter; a response record that
-names no URL (`WARC-Target-URI`) is a `read_no_target_uri` dead letter and reading goes on; an
-HTML response with no blank line where its Content-Length says it ends (a length too short, which
-would cut the page) is a `read_bad_content_length` one, and reading goes on when warcio finds the
-next record after it (else the rest is the file's `read_corrupt_warc`).
+native id whichever way it was read. Damage in a WARC (bytes that read as no record, a record
+cut short, a file cut) is a `read_corrupt_warc` dead letter naming where it starts, and
+reading goes on at the next record after it (the next `WARC/1.x` line, or gzip member, that
+reads as one), so one bad record does not cost the rest of the file; a file cut short ends
+there. A response record that names no URL (`WARC-Target-URI`) is a `read_no_target_uri` dead
+letter; an HTML response with no blank line where its Content-Length says it ends (a length
+too short cuts the page, one too long takes in the next record) is a `read_bad_content_length`
+one, and the next record is searched for from its start, so a length too long loses no record
+after it.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ _META_CHARSET = re.compile(_CHARSET.encode("ascii"), re.IGNORECASE)
 # gzip member ends the iteration quietly instead, which the end-offset check catches.
 _DAMAGED_WARC_ERRORS = (ArchiveLoadFailed, StatusAndHeadersParserException, AttributeError)
 _NO_TARGET_URI = object()
+# Where a record may start: a WARC version line at the start of a line, or a gzip member's magic.
+_RECORD_START = re.compile(rb"(?<=\n)WARC/1\.[01]\r?\n|\x1f\x8b\x08")
+_RESYNC_WINDOW_BYTES = 1 << 20
+_RESYNC_OVERLAP_BYTES = 16  # longer than a match plus the line break before it
 # Prose has a paragraph with a sentence of at least this many words; menu items, link lists
 # and headlines have none (they are short, or end without a full stop).
 MIN_SENTENCE_WORDS = 6
@@ -145,6 +152,35 @@ def html_to_document(url: str, html: str, crawl_date: str | None) -> dict:
     }
 
 
+def next_record_start(handle, offset: int, size: int) -> int | None:
+    """The first file offset at or after `offset` where a WARC record reads (a `WARC/1.x` line
+    of an uncompressed file, a gzip member of a compressed one), or None: where reading goes
+    on after damage, so one bad record does not cost the rest of the file."""
+    tried = -1
+    window_start = offset
+    while window_start < size:
+        handle.seek(window_start)
+        window = handle.read(_RESYNC_WINDOW_BYTES)
+        if not window:
+            break
+        for match in _RECORD_START.finditer(window):
+            candidate = window_start + match.start()
+            if candidate > tried:  # windows overlap: each candidate is tried once
+                tried = candidate
+                if _reads_a_record(handle, candidate):
+                    return candidate
+        window_start += max(len(window) - _RESYNC_OVERLAP_BYTES, 1)
+    return None
+
+
+def _reads_a_record(handle, offset: int) -> bool:
+    handle.seek(offset)
+    try:
+        return next(ArchiveIterator(handle, no_record_parse=True), None) is not None
+    except Exception:  # whatever a false start raises (zlib, warcio, EOF): no record starts there
+        return False
+
+
 class HtmlPage(NamedTuple):
     record_key: str  # <path>:<record offset>
     url: str
@@ -164,52 +200,66 @@ class ReadWarcResponsesFn(beam.DoFn):
         self.skipped_non_html = counter(STAGE, "skipped_non_html")
 
     def process(self, readable: fileio.ReadableFile):
-        path = readable.metadata.path
-        pages = 0
+        path, size = readable.metadata.path, readable.metadata.size_in_bytes
+        self.pages = 0
         # warcio decompresses record-at-a-time .warc.gz itself, so Beam must hand over raw bytes.
         with readable.open(
             mime_type="application/octet-stream", compression_type=CompressionTypes.UNCOMPRESSED
         ) as handle:
-            # HTTP headers are parsed below, as warcio would, once the record is known to name its
-            # URL: warcio's own parse raises on a response without WARC-Target-URI, which would
-            # end the file's reading there.
-            records = ArchiveIterator(handle, no_record_parse=True)
-            damage = None  # (offset, detail) of the first damaged record
-            while True:
-                record_start, misplaced_ends = records.offset, records.err_count
-                try:
-                    record = next(records, None)
-                    if record is None:
-                        break
-                    body = self._html_body(record, records.loader)
-                    records.read_to_end()
-                except _DAMAGED_WARC_ERRORS as error:
-                    # One line: warcio's advice for a whole-file gzip (recompress it) spans several.
-                    damage = record_start, f"{type(error).__name__}: {' '.join(str(error).split())}"
+            resume_at = 0
+            while (damage := (yield from self._records_from(handle, path, resume_at, size))) is not None:
+                offset, detail, search_from = damage
+                resume_at = next_record_start(handle, search_from, size)
+                if resume_at is None:
+                    yield reject(STAGE, f"{path}:{offset}", "read_corrupt_warc", f"{detail}; no record after it")
                     break
-                if not isinstance(record.raw_stream, LimitReader) or record.raw_stream.limit > 0:
-                    damage = record_start, "record shorter than its Content-Length"
+                if resume_at > offset:  # else the record after the damage was found before it: nothing skipped
+                    yield reject(STAGE, f"{path}:{offset}", "read_corrupt_warc",
+                                 f"{detail}; {resume_at - offset} bytes skipped to the next record, at {resume_at}")
+        logging.info("read %d HTML pages from %s", self.pages, path)
+
+    def _records_from(self, handle, path: str, start: int, size: int):
+        """Yield the outcomes of the records from file offset `start` on; return None at the
+        file's end, else (offset, detail, where to search for the next record) of the damage
+        that stopped warcio."""
+        handle.seek(start)
+        # HTTP headers are parsed below, as warcio would, once the record is known to name its
+        # URL: warcio's own parse raises on a response without WARC-Target-URI, which would
+        # end the file's reading there.
+        records = ArchiveIterator(handle, no_record_parse=True)
+        misplaced_end_at = None  # the start of the record just read, if warcio found no blank line at its end
+        while True:
+            record_start, misplaced_ends = records.offset, records.err_count
+            # A Content-Length too long ends a record inside the next one: search from its start.
+            search_from = (record_start if misplaced_end_at is None else misplaced_end_at) + 1
+            try:
+                record = next(records, None)
+                if record is None:
                     break
-                if body is _NO_TARGET_URI:
-                    yield reject(STAGE, f"{path}:{record_start}", "read_no_target_uri",
-                                 "a response record without WARC-Target-URI: no URL to key or extract it by")
-                elif body is not None and records.err_count > misplaced_ends:
-                    # warcio found no blank line where the Content-Length says the record ends and
-                    # skipped a line on: a length too short, and the page read is cut short.
-                    yield reject(STAGE, f"{path}:{record_start}", "read_bad_content_length",
-                                 "no blank line where its Content-Length says the record ends")
-                elif body is not None:
-                    outcome = self._page_or_rejection(f"{path}:{record_start}", record, body)
-                    pages += isinstance(outcome, HtmlPage)
-                    yield outcome
-            if damage is None and records.offset < readable.metadata.size_in_bytes:
-                # warcio ends quietly when a .warc.gz is cut or damaged inside a gzip member.
-                unread_bytes = readable.metadata.size_in_bytes - records.offset
-                damage = records.offset, f"{unread_bytes} bytes after the last record"
-            if damage is not None:
-                offset, detail = damage
-                yield reject(STAGE, f"{path}:{offset}", "read_corrupt_warc", detail)
-        logging.info("read %d HTML pages from %s", pages, path)
+                body = self._html_body(record, records.loader)
+                records.read_to_end()
+            except _DAMAGED_WARC_ERRORS as error:
+                # One line: warcio's advice for a whole-file gzip (recompress it) spans several.
+                return record_start, f"{type(error).__name__}: {' '.join(str(error).split())}", search_from
+            if not isinstance(record.raw_stream, LimitReader) or record.raw_stream.limit > 0:
+                return record_start, "record shorter than its Content-Length", record_start + 1
+            misplaced_end_at = record_start if records.err_count > misplaced_ends else None
+            if body is _NO_TARGET_URI:
+                yield reject(STAGE, f"{path}:{record_start}", "read_no_target_uri",
+                             "a response record without WARC-Target-URI: no URL to key or extract it by")
+            elif body is not None and misplaced_end_at is not None:
+                # warcio found no blank line where the Content-Length says the record ends: a
+                # length too short cuts the page read, one too long takes in the next record.
+                yield reject(STAGE, f"{path}:{record_start}", "read_bad_content_length",
+                             "no blank line where its Content-Length says the record ends")
+            elif body is not None:
+                outcome = self._page_or_rejection(f"{path}:{record_start}", record, body)
+                self.pages += isinstance(outcome, HtmlPage)
+                yield outcome
+        if records.offset < size:
+            # warcio ends quietly when a .warc.gz is cut or damaged inside a gzip member.
+            return records.offset, f"{size - records.offset} bytes after the last record", records.offset + 1
+        return None
 
     def _html_body(self, record, loader) -> bytes | object | None:
         """The decoded HTTP payload of an HTML response record, `_NO_TARGET_URI` for a response

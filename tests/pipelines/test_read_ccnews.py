@@ -170,6 +170,67 @@ def test_warc_html_responses_become_documents_and_bad_or_damaged_records_dead_le
     assert skipped == {"skipped_non_html": 1, "skipped_http_status": 1}
 
 
+def _with_content_length(record: bytes, change: int) -> bytes:
+    length = re.search(rb"Content-Length: (\d+)\r\n", record)
+    return record.replace(length[0], b"Content-Length: %d\r\n" % (int(length[1]) + change), 1)
+
+
+def test_reading_goes_on_at_the_next_record_after_damage_and_a_wrong_length_costs_only_its_record(tmp_path, no_network):
+    import gzip
+
+    later_url = BRIDGE_URL + "-update"
+    pages = [("response", BRIDGE_URL, BRIDGE_HTML.encode()), ("response", CAFE_URL, CAFE_HTML.encode()),
+             ("response", later_url, BRIDGE_HTML.encode())]
+    plain, packed = warc_records(gzip=False, pages=pages), warc_records(gzip=True, pages=pages)
+    short_first = _with_content_length(plain[0], -300)
+    junk = b"not a record\r\n" * 20
+    packed_first = gzip.compress(_with_content_length(gzip.decompress(packed[0]), +300))
+    files = {
+        # 300 bytes short: warcio stops inside the first record's page; reading goes on at the second.
+        "short.warc": short_first + plain[1] + plain[2],
+        # Too long: the first record takes in part of the second, which is searched for from the first's start.
+        "long.warc": _with_content_length(plain[0], +300) + plain[1] + plain[2],
+        # Bytes that are no record between two records.
+        "junk.warc": plain[0] + junk + plain[1] + plain[2],
+        # A gzip member whose record is shorter than its Content-Length: the next member reads.
+        "long.warc.gz": packed_first + packed[1] + packed[2],
+    }
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+    at = {name: str(tmp_path / name) for name in files}
+
+    pipeline = TestPipeline()
+    outputs = pipeline | ReadWarc(str(tmp_path / "*.warc*"))
+    later = document("warc", later_url, BRIDGE["title"], BRIDGE["text"], BRIDGE["date"])
+    assert_that(outputs["documents"], equal_to([BRIDGE] + [CAFE, later] * 4), label="Documents")
+    rows = outputs["dead_letter"] | beam.Map(lambda row: (row["reason"], row["record_key"], row["detail"]))
+
+    def check(found):
+        by_file = sorted((key.rsplit(":", 1)[0], reason) for reason, key, _ in found)
+        assert by_file == sorted([
+            (at["short.warc"], "read_bad_content_length"), (at["short.warc"], "read_corrupt_warc"),
+            (at["long.warc"], "read_bad_content_length"), (at["junk.warc"], "read_corrupt_warc"),
+            (at["long.warc.gz"], "read_corrupt_warc"),
+        ])
+        found = {(reason, key): detail for reason, key, detail in found}
+        assert found[("read_bad_content_length", f"{at['short.warc']}:0")] == found[("read_bad_content_length", f"{at['long.warc']}:0")]
+        assert found[("read_corrupt_warc", f"{at['junk.warc']}:{len(plain[0])}")] == (
+            f"ArchiveLoadFailed: Invalid WARC record, first line: not a record; {len(junk)} bytes skipped to the "
+            f"next record, at {len(plain[0]) + len(junk)}"
+        )
+        assert found[("read_corrupt_warc", f"{at['long.warc.gz']}:0")] == (
+            f"record shorter than its Content-Length; {len(packed_first)} bytes skipped to the next record, at {len(packed_first)}"
+        )
+        # warcio stops inside the cut page, where its lines stop reading as the record's end.
+        (key, detail), = [(key, d) for (reason, key), d in found.items() if reason == "read_corrupt_warc" and key.startswith(at["short.warc"])]
+        offset = int(key.rsplit(":", 1)[1])
+        assert 0 < offset < len(short_first)
+        assert detail.endswith(f"; {len(short_first) - offset} bytes skipped to the next record, at {len(short_first)}")
+
+    assert_that(rows, check, label="DeadLetters")
+    pipeline.run().wait_until_finish()
+
+
 def test_a_whole_file_gzip_keeps_its_first_record_and_says_in_one_line_to_recompress(tmp_path, no_network):
     # warcio reads only a gzip member per record; one member for the whole file ends after the first.
     import gzip
