@@ -18,6 +18,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from realm.flows.caching import cached_in_run
 from realm.flows.demo import evaluation_qa_paths
 from realm.schemas.run_layout import RunLayout
 from realm.flows.params import EvaluateParams, RunParams
@@ -92,8 +93,12 @@ def evaluate(run: RunParams = RunParams(), params: EvaluateParams = EvaluatePara
 
     trained = TrainedRun.at(run.output, checkpoint, index_path, run.model_preset, corpus)
     layout = RunLayout.at(run.output)
+    answered = layout.corpus(corpus) if corpus else layout
     qa_files = params.qa or evaluation_qa_paths()
-    return evaluate_qa(
-        str(layout.corpus(corpus).root if corpus else layout.root), trained.model_preset, qa_files, params, run.device,
-        str(trained.checkpoint), str(trained.index),
+    # Answering is deterministic: the same questions, checkpoint, index, blocks and code give
+    # the same predictions, so a reproduction resumed does not answer every row's again.
+    reads = [*qa_files, trained.checkpoint, trained.index, answered.blocks, answered.block_entities]
+    stage = cached_in_run(evaluate_qa, layout, reads=reads, writes=[answered.predictions])
+    return stage(
+        str(answered.root), trained.model_preset, qa_files, params, run.device, str(trained.checkpoint), str(trained.index),
     )

@@ -35,6 +35,21 @@ def test_a_question_file_edited_in_place_starts_a_new_fine_tuning_stage(run_root
     assert first_inputs["data"]["questions"] != checkpoint_inputs(second["checkpoint"])["data"]["questions"]
 
 
+def test_evaluation_answers_again_only_when_its_questions_checkpoint_or_index_change(run_root, tmp_path):
+    params = tiny_params(run_root)
+    finetune_openqa(params.run, params.finetune.model_copy(update={"retriever": "bm25"}))
+    questions = tmp_path / "qa.jsonl"
+    shutil.copy(demo_qa_path(), questions)
+    first = evaluate(params.run, EvaluateParams(qa=[str(questions)]))
+    predictions = run_root / "predictions" / "demo.parquet"
+    written = predictions.stat().st_mtime_ns
+    assert evaluate(params.run, EvaluateParams(qa=[str(questions)])) == first
+    assert predictions.stat().st_mtime_ns == written  # the cached result: nothing answered again
+    with questions.open("a") as handle:
+        handle.write(json.dumps({"question": "Where is the Eiffel Tower?", "answers": ["Paris"], "dataset": "demo"}) + "\n")
+    assert evaluate(params.run, EvaluateParams(qa=[str(questions)]))["demo"]["n"] == first["demo"]["n"] + 1
+
+
 def test_a_run_folder_moved_elsewhere_hits_its_cache_answers_and_resumes_inside_the_copy(run_root, tmp_path):
     params = tiny_params(run_root)
     ict_warm_start(params.run, params.ict)
