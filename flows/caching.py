@@ -33,7 +33,7 @@ from pydantic import BaseModel
 
 from realm.model.publish import MANIFEST_FILE
 from realm.model.training.stage_inputs import content_digest, json_digest
-from realm.schemas.manifest import stream_sha256
+from realm.schemas.manifest import IntegrityError, stream_sha256, verify_step
 from realm.schemas.run_layout import RunLayout
 
 CACHE_DIR = ".realm-cache"
@@ -114,14 +114,25 @@ def _changed_reads(root: Path, task_name: str, contents: dict[str, str]) -> list
 
 
 def _writes_digest(writes: Iterable[str | os.PathLike], root: Path) -> dict[str, str | None]:
-    """Per written directory, sha256 of the manifests published under it (None: it is gone)."""
+    """Per written directory, sha256 of the manifests published under it, each with whether
+    the files it lists are still there at their sizes (None: the directory is gone)."""
     digests = {}
     for directory in map(Path, writes):
         manifests = sorted(directory.rglob(MANIFEST_FILE)) if directory.is_dir() else None
         digests[_in_cache(str(directory), root)] = None if manifests is None else json_digest(
-            {p.relative_to(directory).as_posix(): p.read_text() for p in manifests}
+            {p.relative_to(directory).as_posix(): _manifest_state(p) for p in manifests}
         )
     return digests
+
+
+def _manifest_state(manifest: Path) -> str:
+    """The manifest's text, or how the files it lists no longer match it (a stat each): a
+    result whose output files were deleted or replaced is not a cache hit."""
+    try:
+        verify_step(manifest.parent, contents=False)
+    except IntegrityError as problem:
+        return f"damaged: {problem}"
+    return manifest.read_text()
 
 
 def _read_entry(path: Path) -> dict | None:

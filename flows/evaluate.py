@@ -89,6 +89,7 @@ def evaluate(run: RunParams = RunParams(), params: EvaluateParams = EvaluatePara
     """Evaluate the run's fine-tuned checkpoint (its best validated one, or `checkpoint`) on
     `params.qa`; with `corpus`, over that corpus indexed for the run (`realm index`), its
     predictions under `corpora/<corpus>/predictions/`."""
+    from realm.model.index.block_store import tagged_entities
     from realm.model.qa.trained_run import TrainedRun
 
     trained = TrainedRun.at(run.output, checkpoint, index_path, run.model_preset, corpus)
@@ -97,7 +98,7 @@ def evaluate(run: RunParams = RunParams(), params: EvaluateParams = EvaluatePara
     qa_files = params.qa or evaluation_qa_paths()
     # Answering is deterministic: the same questions, checkpoint, index, blocks and code give
     # the same predictions, so a reproduction resumed does not answer every row's again.
-    reads = [*qa_files, trained.checkpoint, trained.index, answered.blocks, answered.block_entities]
+    reads = [*qa_files, trained.checkpoint, trained.index, answered.blocks, tagged_entities(answered.blocks)]
     stage = cached_in_run(evaluate_qa, layout, reads=reads, writes=[answered.predictions])
     return stage(
         str(answered.root), trained.model_preset, qa_files, params, run.device, str(trained.checkpoint), str(trained.index),

@@ -122,6 +122,12 @@ class PipelineParams(BaseModel):
                     f"warmup and finetune set {' and '.join(differ)} differently; fine-tuning starts from the "
                     "warm-up's reader, so they must agree (or warmup.questions = 0)"
                 )
+            if self.finetune.encoder_share < 1:
+                raise ValueError(
+                    "finetune.encoder_share acts only on a reader started from a pre-trained encoder, and fine-tuning "
+                    "starts from the warm-up's reader; set warmup.encoder_share (the warm-up starts from the encoder), "
+                    "or warmup.questions = 0"
+                )
         return self
 
     @classmethod

@@ -181,6 +181,15 @@ def _reads_a_record(handle, offset: int) -> bool:
         return False
 
 
+class _Stop(NamedTuple):
+    """Where warcio stopped reading a file: `damage` (None: a record found again after a wrong
+    Content-Length), and where to search for the next record from."""
+
+    offset: int
+    damage: str | None
+    search_from: int
+
+
 class HtmlPage(NamedTuple):
     record_key: str  # <path>:<record offset>
     url: str
@@ -207,31 +216,27 @@ class ReadWarcResponsesFn(beam.DoFn):
             mime_type="application/octet-stream", compression_type=CompressionTypes.UNCOMPRESSED
         ) as handle:
             resume_at = 0
-            while (damage := (yield from self._records_from(handle, path, resume_at, size))) is not None:
-                offset, detail, search_from = damage
-                resume_at = next_record_start(handle, search_from, size)
+            while (stop := (yield from self._records_from(handle, path, resume_at, size))) is not None:
+                resume_at = next_record_start(handle, stop.search_from, size)
+                if stop.damage is None:  # a record found again after a wrong Content-Length, its own dead letter said
+                    continue
                 if resume_at is None:
-                    yield reject(STAGE, f"{path}:{offset}", "read_corrupt_warc", f"{detail}; no record after it")
+                    yield reject(STAGE, f"{path}:{stop.offset}", "read_corrupt_warc", f"{stop.damage}; no record after it")
                     break
-                if resume_at > offset:  # else the record after the damage was found before it: nothing skipped
-                    yield reject(STAGE, f"{path}:{offset}", "read_corrupt_warc",
-                                 f"{detail}; {resume_at - offset} bytes skipped to the next record, at {resume_at}")
+                yield reject(STAGE, f"{path}:{stop.offset}", "read_corrupt_warc",
+                             f"{stop.damage}; {resume_at - stop.offset} bytes skipped to the next record, at {resume_at}")
         logging.info("read %d HTML pages from %s", self.pages, path)
 
     def _records_from(self, handle, path: str, start: int, size: int):
         """Yield the outcomes of the records from file offset `start` on; return None at the
-        file's end, else (offset, detail, where to search for the next record) of the damage
-        that stopped warcio."""
+        file's end, else where warcio stopped and why (`_Stop`)."""
         handle.seek(start)
         # HTTP headers are parsed below, as warcio would, once the record is known to name its
         # URL: warcio's own parse raises on a response without WARC-Target-URI, which would
         # end the file's reading there.
         records = ArchiveIterator(handle, no_record_parse=True)
-        misplaced_end_at = None  # the start of the record just read, if warcio found no blank line at its end
         while True:
             record_start, misplaced_ends = records.offset, records.err_count
-            # A Content-Length too long ends a record inside the next one: search from its start.
-            search_from = (record_start if misplaced_end_at is None else misplaced_end_at) + 1
             try:
                 record = next(records, None)
                 if record is None:
@@ -240,14 +245,14 @@ class ReadWarcResponsesFn(beam.DoFn):
                 records.read_to_end()
             except _DAMAGED_WARC_ERRORS as error:
                 # One line: warcio's advice for a whole-file gzip (recompress it) spans several.
-                return record_start, f"{type(error).__name__}: {' '.join(str(error).split())}", search_from
+                return _Stop(record_start, f"{type(error).__name__}: {' '.join(str(error).split())}", record_start + 1)
             if not isinstance(record.raw_stream, LimitReader) or record.raw_stream.limit > 0:
-                return record_start, "record shorter than its Content-Length", record_start + 1
-            misplaced_end_at = record_start if records.err_count > misplaced_ends else None
+                return _Stop(record_start, "record shorter than its Content-Length", record_start + 1)
+            misplaced_end = records.err_count > misplaced_ends
             if body is _NO_TARGET_URI:
                 yield reject(STAGE, f"{path}:{record_start}", "read_no_target_uri",
                              "a response record without WARC-Target-URI: no URL to key or extract it by")
-            elif body is not None and misplaced_end_at is not None:
+            elif body is not None and misplaced_end:
                 # warcio found no blank line where the Content-Length says the record ends: a
                 # length too short cuts the page read, one too long takes in the next record.
                 yield reject(STAGE, f"{path}:{record_start}", "read_bad_content_length",
@@ -256,9 +261,17 @@ class ReadWarcResponsesFn(beam.DoFn):
                 outcome = self._page_or_rejection(f"{path}:{record_start}", record, body)
                 self.pages += isinstance(outcome, HtmlPage)
                 yield outcome
+            if misplaced_end:
+                # warcio goes on after skipping a line, which a length too long or short by more
+                # than a line puts inside a record (the next one, or this one's page): go on at
+                # the first record after this one's start instead, where that is elsewhere.
+                position, goes_on = handle.tell(), records.offset
+                if next_record_start(handle, record_start + 1, size) not in (None, goes_on):
+                    return _Stop(goes_on, None, record_start + 1)
+                handle.seek(position)
         if records.offset < size:
             # warcio ends quietly when a .warc.gz is cut or damaged inside a gzip member.
-            return records.offset, f"{size - records.offset} bytes after the last record", records.offset + 1
+            return _Stop(records.offset, f"{size - records.offset} bytes after the last record", records.offset + 1)
         return None
 
     def _html_body(self, record, loader) -> bytes | object | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel
@@ -47,8 +48,8 @@ def initial_components(
     head (a warm-up's reader must have one already). `block_relevance`: the reader scores each
     block as a whole (`Reader`), from zero; a warm-up's reader must have it already.
     `encoder_share` < 1: the reader's BERT and question-match vector start that far along the
-    line from the warm start (and its zero vector) to the encoder's; a warm-up's reader, trained
-    whole, is refused with it."""
+    line from the warm start (and its zero vector) to the encoder's; it acts on nothing else (a
+    warm-up's whole reader, the warm start, an answer pointer's copy head)."""
     reader_config = dataclasses.replace(model_config, answer_pointer=answer_pointer, block_relevance=block_relevance)
     if reader_dropout is not None:
         reader_config = dataclasses.replace(reader_config, hidden_dropout=reader_dropout)
@@ -74,14 +75,12 @@ def initial_components(
     if reader_init is not None:
         init = load_components(reader_init)
         if "reader" in init:
-            if encoder_share < 1:
-                raise ValueError(f"{reader_init}: a warm-up's reader starts whole; encoder_share {encoder_share} needs an encoder")
             _load_into(components["reader"], init["reader"], reader_init, "reader")
         elif "encoder" in init:
-            # Zero unless pre-training flagged the masked sentence's words for it.
+            # The question-match vector is zero unless pre-training flagged the masked sentence's words for it.
             for part in ("bert", "question_match"):
-                target = getattr(components["reader"], part)
-                _load_into(target, _interpolated(target, getattr(init["encoder"], part), encoder_share), reader_init, "encoder")
+                _load_into(getattr(components["reader"], part), getattr(init["encoder"], part), reader_init, "encoder",
+                           share=encoder_share)
             if answer_pointer:
                 components["reader"].answer_pointer.start_from(init["encoder"].copy_head)
         else:
@@ -89,22 +88,21 @@ def initial_components(
     return {name: component.to(device) for name, component in components.items()}
 
 
-def _interpolated(start: torch.nn.Module, end: torch.nn.Module, share: float) -> dict[str, torch.Tensor] | torch.nn.Module:
-    """`end`'s weights, or at `share` < 1 the point that far from `start`'s towards them (a
-    state dict; integer buffers such as position ids are `end`'s)."""
-    if share == 1:
-        return end
-    starts = start.state_dict()
-    return {
-        name: torch.lerp(starts[name].to(value.dtype), value, share) if value.is_floating_point() else value
-        for name, value in end.state_dict().items()
-    }
+def reader_starts_from_encoder(init_checkpoint: str | None, reader_init: str | None) -> bool:
+    """Whether `initial_components` starts the reader's BERT from a pre-trained encoder (the
+    only start `encoder_share` acts on)."""
+    source = None if reader_init == WARM_START else reader_init or init_checkpoint
+    return source is not None and (Path(source) / "encoder").is_dir()
 
 
-def _load_into(
-    target: torch.nn.Module, source: torch.nn.Module | dict[str, torch.Tensor], checkpoint: str, name: str
-) -> None:
+def _load_into(target: torch.nn.Module, source: torch.nn.Module, checkpoint: str, name: str, share: float = 1.0) -> None:
+    """`source`'s weights into `target`, or at `share` < 1 the point that far along the line
+    from `target`'s own (its warm start) to them."""
     try:
-        target.load_state_dict(source if isinstance(source, dict) else source.state_dict())
-    except RuntimeError as error:
+        weights = source.state_dict()
+        if share < 1:
+            start = target.state_dict()
+            weights = {key: torch.lerp(start[key], value, share) for key, value in weights.items()}
+        target.load_state_dict(weights)
+    except (RuntimeError, KeyError) as error:
         raise ValueError(f"{checkpoint}: {name} does not match the model config: {error}") from error

@@ -37,7 +37,8 @@ def content_digest(path: str | os.PathLike) -> str:
     if path.is_file():
         return file_sha256(path)
     if (path / MANIFEST_FILE).is_file():
-        return json_digest(read_manifest(path)["files"])
+        manifest = read_manifest(path)
+        return json_digest(manifest.get("files", manifest.get("sha256")))  # indexes published before sizes: digests alone
     if path.is_dir():
         return json_digest({p.relative_to(path).as_posix(): file_sha256(p) for p in sorted(path.rglob("*")) if p.is_file()})
     raise FileNotFoundError(f"{path}: not found (a stage's input)")
@@ -62,12 +63,18 @@ def stage_inputs(
     }
 
 
-def changed_inputs(recorded: Mapping, current: Mapping) -> list[str]:
+def changed_inputs(recorded: Mapping, current: Mapping, settings: type[BaseModel] | None = None) -> list[str]:
     """What differs between two inputs records, one phrase each: a data name ("questions"),
-    a setting with its old and new value ("learning_rate 0.001 -> 0.0005"), the seed."""
+    a setting with its old and new value ("learning_rate 0.001 -> 0.0005"), the seed. With the
+    `settings` model, a setting the recorded inputs lack counts as its default: one added to
+    realm since, left at its default, changes nothing a stage trained."""
     old_data, new_data = recorded.get("data", {}), current.get("data", {})
     changes = [name for name in sorted(old_data.keys() | new_data.keys()) if old_data.get(name) != new_data.get(name)]
-    old_settings, new_settings = recorded.get("settings", {}), current.get("settings", {})
+    old_settings, new_settings = dict(recorded.get("settings", {})), current.get("settings", {})
+    for name in new_settings.keys() - old_settings.keys() if settings is not None else ():
+        field = settings.model_fields.get(name)
+        if field is not None and not field.is_required():
+            old_settings[name] = field.get_default(call_default_factory=True)
     changes += [
         f"{name} {old_settings.get(name)} -> {new_settings.get(name)}"
         for name in sorted(old_settings.keys() | new_settings.keys())

@@ -53,7 +53,7 @@ from realm.model.index.bm25 import Bm25Index
 from realm.model.qa.question_retrieval import Bm25Retriever, is_bm25_index, load_question_retriever
 from realm.model.training.example_order import batch_rows
 from realm.model.training.finetune_loss import CorpusPositives, finetune_loss
-from realm.model.training.finetune_start import WARM_START, initial_components
+from realm.model.training.finetune_start import WARM_START, initial_components, reader_starts_from_encoder
 from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
 from realm.model.training.question_candidates import (
     CandidateCache, FreshCandidates, join_candidates, retrieve_candidates,
@@ -115,6 +115,10 @@ class FinetuneTrainer(Trainer):
             config = config.model_copy(update={"retriever_corpus_softmax": dense})
         elif config.retriever_corpus_softmax and not dense:  # before any work: nothing would use it
             raise ValueError("retriever_corpus_softmax needs a dense index: BM25 has no query tower to train")
+        if config.encoder_share < 1 and not reader_starts_from_encoder(init_checkpoint, reader_init):
+            # Recorded as it acts: a stage is not set aside and retrained for a setting that changes nothing.
+            log.warning("encoder_share %s does nothing: the reader starts from no pre-trained encoder", config.encoder_share)
+            config = config.model_copy(update={"encoder_share": 1.0})
         super().__init__(checkpoint_root, config, device, seed)
         self.validation = [e for e in examples if is_validation_question(e.question, config.validation_fraction)]
         self.training = [e for e in examples if not is_validation_question(e.question, config.validation_fraction)]

@@ -134,7 +134,7 @@ class Trainer:
         if newest is None:
             return
         recorded = checkpoint_inputs(newest)
-        changes = ["none recorded: an older realm wrote it"] if recorded is None else changed_inputs(recorded, self.inputs)
+        changes = ["none recorded: an older realm wrote it"] if recorded is None else changed_inputs(recorded, self.inputs, type(self.config))
         if not changes:
             return
         root = Path(self.checkpoint_root)

@@ -20,7 +20,9 @@ def test_each_stage_setting_is_defined_once_for_the_trainer_the_flow_and_the_cli
     assert set(params.model_fields) - set(config.model_fields) == flow_only
     for name, field in config.model_fields.items():
         assert params.model_fields[name].default == field.default, name
-    changed = {name: f.default * 2 for name, f in config.model_fields.items() if type(f.default) in (int, float)}
+    # Counts doubled, rates and shares halved: each stays within its bounds (a share's is 1).
+    changed = {name: f.default * 2 if type(f.default) is int else f.default / 2
+               for name, f in config.model_fields.items() if type(f.default) in (int, float)}
     overridden = with_overrides(params(), [f"{name}={value}" for name, value in changed.items()])
     assert config(**overridden.model_dump(include=set(config.model_fields))) == config(**changed)
 
@@ -95,3 +97,10 @@ def test_a_warm_up_and_a_fine_tuning_that_build_different_readers_are_refused_be
 def test_a_fine_tuning_setting_no_step_could_train_with_is_refused_by_the_form(update, message):
     with pytest.raises(ValueError, match=message):
         FinetuneParams(**update)
+
+
+def test_an_encoder_share_fine_tuning_cannot_act_on_after_a_warm_up_is_refused_before_any_work():
+    with pytest.raises(ValueError, match="finetune.encoder_share acts only on a reader started from a pre-trained encoder"):
+        PipelineParams(warmup=ReaderWarmupParams(questions=100), finetune=FinetuneParams(encoder_share=0.5))
+    assert PipelineParams(warmup=ReaderWarmupParams(questions=0), finetune=FinetuneParams(encoder_share=0.5))
+    assert PipelineParams(warmup=ReaderWarmupParams(questions=100, encoder_share=0.5)).warmup.encoder_share == 0.5

@@ -45,6 +45,8 @@ def test_evaluation_answers_again_only_when_its_questions_checkpoint_or_index_ch
     written = predictions.stat().st_mtime_ns
     assert evaluate(params.run, EvaluateParams(qa=[str(questions)])) == first
     assert predictions.stat().st_mtime_ns == written  # the cached result: nothing answered again
+    predictions.unlink()  # an output gone, its manifest left: answered again, not a hit without predictions
+    assert evaluate(params.run, EvaluateParams(qa=[str(questions)])) == first and predictions.is_file()
     with questions.open("a") as handle:
         handle.write(json.dumps({"question": "Where is the Eiffel Tower?", "answers": ["Paris"], "dataset": "demo"}) + "\n")
     assert evaluate(params.run, EvaluateParams(qa=[str(questions)]))["demo"]["n"] == first["demo"]["n"] + 1

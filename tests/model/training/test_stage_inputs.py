@@ -19,6 +19,10 @@ def test_content_is_digested_not_the_path_a_published_step_by_its_manifest(tmp_p
     files = {"index.faiss": {"size": 4, "sha256": "ab"}}
     (step / MANIFEST_FILE).write_text(json.dumps({"files": files, "uses": ["../../x"]}))
     assert content_digest(step) == json_digest(files)
+    legacy = tmp_path / "index" / "2"  # published before sizes were recorded: digests alone
+    legacy.mkdir()
+    (legacy / MANIFEST_FILE).write_text(json.dumps({"sha256": {"index.faiss": "ab"}}))
+    assert content_digest(legacy) == json_digest({"index.faiss": "ab"})
     with pytest.raises(FileNotFoundError, match="gone: not found"):
         content_digest(tmp_path / "gone")
 
@@ -33,3 +37,12 @@ def test_changed_inputs_name_the_data_and_the_settings_with_their_values(tmp_pat
     (tmp_path / "examples" / "part-0.parquet").write_bytes(b"other rows")
     after = stage_inputs(IctConfig(learning_rate=2e-4), 1, {"examples": tmp_path / "examples"}, {"questions": "q"})
     assert changed_inputs(before, after) == ["examples", "questions", "learning_rate 0.0001 -> 0.0002", "seed 0 -> 1"]
+
+
+def test_a_setting_added_since_counts_as_its_default_where_the_record_lacks_it(tmp_path):
+    recorded = stage_inputs(IctConfig(), 0, {})
+    learning_rate = recorded["settings"].pop("learning_rate")  # as a realm from before the setting wrote it
+    assert changed_inputs(recorded, stage_inputs(IctConfig(), 0, {}), IctConfig) == []
+    changed = stage_inputs(IctConfig(learning_rate=2 * learning_rate), 0, {})
+    assert changed_inputs(recorded, changed, IctConfig) == [f"learning_rate {learning_rate} -> {2 * learning_rate}"]
+    assert changed_inputs(recorded, stage_inputs(IctConfig(), 0, {})) == [f"learning_rate None -> {learning_rate}"]

@@ -13,7 +13,7 @@ from realm.model.qa.answering import Answerer
 from realm.model.index.block_store import BlockStore
 from realm.model.index.bm25 import Bm25Index
 from realm.model.networks.checkpoint import (
-    WEIGHT_AVERAGE_EXTRA, best_checkpoint, checkpoint_extra, load_components, save_checkpoint,
+    WEIGHT_AVERAGE_EXTRA, best_checkpoint, checkpoint_extra, checkpoint_inputs, load_components, save_checkpoint,
 )
 from realm.model.networks.config import build_component
 from realm.model.networks.encoder import build_encoder
@@ -455,20 +455,23 @@ def test_encoder_share_starts_the_reader_on_the_line_from_the_warm_start_to_the_
     assert not torch.equal(warm["bert.embeddings.word_embeddings.weight"], encoder["bert.embeddings.word_embeddings.weight"])
     for key, value in pretrained["encoder"].bert.state_dict().items():
         assert torch.equal(encoder[f"bert.{key}"], value), key
-        if value.is_floating_point():
-            assert torch.allclose(quarter[f"bert.{key}"], 0.75 * warm[f"bert.{key}"] + 0.25 * value, atol=1e-6), key
-        else:  # position ids and the like are the encoder's
-            assert torch.equal(quarter[f"bert.{key}"], value), key
+        assert torch.allclose(quarter[f"bert.{key}"], 0.75 * warm[f"bert.{key}"] + 0.25 * value, atol=1e-6), key
     assert not warm["question_match.weight"].any()  # a fresh reader's vector is zero
     assert torch.allclose(quarter["question_match.weight"], 0.25 * pretrained["encoder"].question_match.weight)
 
 
-def test_encoder_share_refuses_a_warmed_up_reader(qa_corpus, tmp_path, tiny_config):
+def test_encoder_share_does_nothing_and_is_recorded_as_one_where_the_reader_starts_from_no_encoder(
+    qa_corpus, tmp_path, tiny_config, caplog
+):
     warmed = {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(tiny_config)}
     init = str(save_checkpoint(tmp_path / "warmup", 7, warmed))
     config = CONFIG.model_copy(update={"epochs": 0, "encoder_share": 0.5})
-    with pytest.raises(ValueError, match="warmup/7: a warm-up's reader starts whole; encoder_share 0.5 needs an encoder"):
-        _train(qa_corpus, tmp_path / "finetune", tiny_config, config, init_checkpoint=init)
+    with caplog.at_level(logging.WARNING, logger="realm.model.training.train_finetune"):
+        result, _ = _train(qa_corpus, tmp_path / "finetune", tiny_config, config, init_checkpoint=init)
+    assert "encoder_share 0.5 does nothing: the reader starts from no pre-trained encoder" in caplog.text
+    for key, value in warmed["reader"].state_dict().items():  # the warm-up's reader, whole
+        assert torch.equal(load_components(result["checkpoint"])["reader"].state_dict()[key], value), key
+    assert checkpoint_inputs(result["checkpoint"])["settings"]["encoder_share"] == 1.0
 
 
 def test_bm25_fine_tuning_trains_the_reader_alone_and_checkpoints_only_it(qa_corpus, tmp_path, tiny_config):
