@@ -117,7 +117,9 @@ def used_step_dirs(search_root: Path) -> set[Path]:
             manifest = json.loads(manifest_path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue  # a damaged manifest protects nothing; its own step is skipped by readers
-        used.update((manifest_path.parent / path).resolve() for path in manifest.get("uses", []))
+        uses = manifest.get("uses") if isinstance(manifest, dict) else None
+        if isinstance(uses, list):  # a manifest of another shape protects nothing either
+            used.update((manifest_path.parent / path).resolve() for path in uses if isinstance(path, str))
     return used
 
 

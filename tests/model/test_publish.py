@@ -53,6 +53,16 @@ def test_a_step_another_manifest_uses_outlives_retention_even_after_the_run_move
     assert _steps(moved / "index") == ["1", "3"]
 
 
+def test_retention_goes_on_past_a_manifest_of_another_shape(tmp_path):
+    stray = tmp_path / "checkpoints" / "pretrain" / "7"
+    stray.mkdir(parents=True)
+    for shape in ([], None, {"uses": "index/1"}):  # none of them names a step it uses
+        (stray / "manifest.json").write_text(json.dumps(shape))
+        for step in (1, 2):
+            _publish(tmp_path / "index", step, keep=1)
+        assert _steps(tmp_path / "index") == ["2"]
+
+
 def test_a_resumed_run_keeps_two_good_steps_beside_the_damaged_newer_one_it_fell_back_from(tmp_path):
     for step in (2, 4, 6):
         _publish(tmp_path, step, keep=2)
