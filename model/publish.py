@@ -118,8 +118,11 @@ def used_step_dirs(search_root: Path) -> set[Path]:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue  # a damaged manifest protects nothing; its own step is skipped by readers
         uses = manifest.get("uses") if isinstance(manifest, dict) else None
-        if isinstance(uses, list):  # a manifest of another shape protects nothing either
-            used.update((manifest_path.parent / path).resolve() for path in uses if isinstance(path, str))
+        for path in uses if isinstance(uses, list) else ():  # a manifest of another shape protects nothing either
+            try:
+                used.add((manifest_path.parent / path).resolve())
+            except (TypeError, ValueError, RuntimeError, OSError):  # not a path, a NUL in it, a symlink loop
+                continue
     return used
 
 

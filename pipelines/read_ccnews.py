@@ -11,10 +11,10 @@ cut short, a file cut) is a `read_corrupt_warc` dead letter naming where it star
 reading goes on at the next record after it (the next `WARC/1.x` line, or gzip member, that
 reads as one), so one bad record does not cost the rest of the file; a file cut short ends
 there. A response record that names no URL (`WARC-Target-URI`) is a `read_no_target_uri` dead
-letter; an HTML response with no blank line where its Content-Length says it ends (a length
-too short cuts the page, one too long takes in the next record) is a `read_bad_content_length`
-one, and the next record is searched for from its start, so a length too long loses no record
-after it.
+letter; a record with no blank line where its Content-Length says it ends (a length too short
+cuts the record, one too long takes in the next) is a `read_bad_content_length` one, and
+reading goes on at the first record after its start, so a wrong length costs no other record
+(unless a length too long ends exactly on a blank line: warcio cannot tell it from a right one).
 """
 
 from __future__ import annotations
@@ -53,9 +53,10 @@ _CHARSET = r"""charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)"""
 _HEADER_CHARSET = re.compile(_CHARSET, re.IGNORECASE)
 _META_CHARSET = re.compile(_CHARSET.encode("ascii"), re.IGNORECASE)
 # What warcio raises on a damaged WARC (measured on files cut at every 37 bytes): a bad record
-# start is ArchiveLoadFailed, a header block cut short an AttributeError. Damage inside a
-# gzip member ends the iteration quietly instead, which the end-offset check catches.
-_DAMAGED_WARC_ERRORS = (ArchiveLoadFailed, StatusAndHeadersParserException, AttributeError)
+# start is ArchiveLoadFailed, a header block cut short an AttributeError, HTTP headers cut
+# short an EOFError. Damage inside a gzip member ends the iteration quietly instead, which the
+# end-offset check catches.
+_DAMAGED_WARC_ERRORS = (ArchiveLoadFailed, StatusAndHeadersParserException, AttributeError, EOFError)
 _NO_TARGET_URI = object()
 # Where a record may start: a WARC version line at the start of a line, or a gzip member's magic.
 _RECORD_START = re.compile(rb"(?<=\n)WARC/1\.[01]\r?\n|\x1f\x8b\x08")
@@ -182,8 +183,9 @@ def _reads_a_record(handle, offset: int) -> bool:
 
 
 class _Stop(NamedTuple):
-    """Where warcio stopped reading a file: `damage` (None: a record found again after a wrong
-    Content-Length), and where to search for the next record from."""
+    """Where reading a file with one warcio iterator stopped: at `damage` (None: after a record
+    whose Content-Length is wrong, which has its own dead letter), and where to search for the
+    next record from."""
 
     offset: int
     damage: str | None
@@ -216,9 +218,13 @@ class ReadWarcResponsesFn(beam.DoFn):
             mime_type="application/octet-stream", compression_type=CompressionTypes.UNCOMPRESSED
         ) as handle:
             resume_at = 0
+            # Every stop searches from past the start of the last record read, so each pass
+            # starts further on, and no record is read twice.
             while (stop := (yield from self._records_from(handle, path, resume_at, size))) is not None:
                 resume_at = next_record_start(handle, stop.search_from, size)
-                if stop.damage is None:  # a record found again after a wrong Content-Length, its own dead letter said
+                if stop.damage is None:
+                    if resume_at is None:  # the rest belongs to the record its dead letter names
+                        break
                     continue
                 if resume_at is None:
                     yield reject(STAGE, f"{path}:{stop.offset}", "read_corrupt_warc", f"{stop.damage}; no record after it")
@@ -229,14 +235,15 @@ class ReadWarcResponsesFn(beam.DoFn):
 
     def _records_from(self, handle, path: str, start: int, size: int):
         """Yield the outcomes of the records from file offset `start` on; return None at the
-        file's end, else where warcio stopped and why (`_Stop`)."""
+        file's end, else where reading stopped and why (`_Stop`)."""
         handle.seek(start)
         # HTTP headers are parsed below, as warcio would, once the record is known to name its
         # URL: warcio's own parse raises on a response without WARC-Target-URI, which would
         # end the file's reading there.
         records = ArchiveIterator(handle, no_record_parse=True)
+        floor = start  # warcio's offset inside a damaged gzip member can lie before the records read
         while True:
-            record_start, misplaced_ends = records.offset, records.err_count
+            record_start, misplaced_ends = max(records.offset, floor), records.err_count
             try:
                 record = next(records, None)
                 if record is None:
@@ -248,13 +255,14 @@ class ReadWarcResponsesFn(beam.DoFn):
                 return _Stop(record_start, f"{type(error).__name__}: {' '.join(str(error).split())}", record_start + 1)
             if not isinstance(record.raw_stream, LimitReader) or record.raw_stream.limit > 0:
                 return _Stop(record_start, "record shorter than its Content-Length", record_start + 1)
+            floor = record_start + 1
             misplaced_end = records.err_count > misplaced_ends
             if body is _NO_TARGET_URI:
                 yield reject(STAGE, f"{path}:{record_start}", "read_no_target_uri",
                              "a response record without WARC-Target-URI: no URL to key or extract it by")
-            elif body is not None and misplaced_end:
+            elif misplaced_end:
                 # warcio found no blank line where the Content-Length says the record ends: a
-                # length too short cuts the page read, one too long takes in the next record.
+                # length too short cuts the record read, one too long takes in the next record.
                 yield reject(STAGE, f"{path}:{record_start}", "read_bad_content_length",
                              "no blank line where its Content-Length says the record ends")
             elif body is not None:
@@ -262,16 +270,14 @@ class ReadWarcResponsesFn(beam.DoFn):
                 self.pages += isinstance(outcome, HtmlPage)
                 yield outcome
             if misplaced_end:
-                # warcio goes on after skipping a line, which a length too long or short by more
-                # than a line puts inside a record (the next one, or this one's page): go on at
-                # the first record after this one's start instead, where that is elsewhere.
-                position, goes_on = handle.tell(), records.offset
-                if next_record_start(handle, record_start + 1, size) not in (None, goes_on):
-                    return _Stop(goes_on, None, record_start + 1)
-                handle.seek(position)
+                # warcio would go on after skipping a line, which a length off by more than a
+                # line puts inside a record (this one, or the next): go on at the first record
+                # after this one's start instead.
+                return _Stop(record_start, None, record_start + 1)
         if records.offset < size:
             # warcio ends quietly when a .warc.gz is cut or damaged inside a gzip member.
-            return _Stop(records.offset, f"{size - records.offset} bytes after the last record", records.offset + 1)
+            offset = max(records.offset, floor)
+            return _Stop(offset, f"{size - offset} bytes after the last record", offset + 1)
         return None
 
     def _html_body(self, record, loader) -> bytes | object | None:

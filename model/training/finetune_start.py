@@ -102,7 +102,9 @@ def _load_into(target: torch.nn.Module, source: torch.nn.Module, checkpoint: str
         weights = source.state_dict()
         if share < 1:
             start = target.state_dict()
-            weights = {key: torch.lerp(start[key], value, share) for key, value in weights.items()}
+            # Integer buffers (none in BERT's state dict today) have no line between them: the encoder's.
+            weights = {key: torch.lerp(start[key], value, share) if value.is_floating_point() else value
+                       for key, value in weights.items()}
         target.load_state_dict(weights)
     except (RuntimeError, KeyError) as error:
         raise ValueError(f"{checkpoint}: {name} does not match the model config: {error}") from error

@@ -228,6 +228,43 @@ def test_reading_goes_on_at_the_next_record_after_damage_and_a_wrong_length_cost
     pipeline.run().wait_until_finish()
 
 
+def test_every_damaged_file_is_read_to_its_end_once(tmp_path, no_network):
+    """Damage inside gzip members, where warcio's offsets can lie before the records read: each
+    file ends (it once read forever, or seeked before its start), no record twice."""
+    import gzip
+
+    def page(name: str) -> tuple:
+        paragraphs = "".join(f"<p>Paragraph {k} of the {name} story tells what the council decided today.</p>\n"
+                             for k in range(40))
+        return ("response", f"https://news.example.com/{name}", f"<html><body><article>{paragraphs}</article></body></html>".encode())
+
+    first, second = warc_records(gzip=False, pages=[page("first"), page("second")])
+    files = {
+        f"short-{cut}.warc.gz": gzip.compress(first) + gzip.compress(_with_content_length(second, -cut)) for cut in (1000, 2000)
+    }
+    files["whole.warc.gz"] = gzip.compress(first + second + first.replace(b"/first", b"/third"))
+    files["cut-http-headers.warc"] = first + second[: second.index(b"HTTP/1.1 200 OK\r\n") + 20]
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+
+    pipeline = TestPipeline()
+    outputs = pipeline | ReadWarc(str(tmp_path / "*.warc*"))
+    urls = outputs["documents"] | beam.Map(lambda document: document["url"].rsplit("/", 1)[1])
+    assert_that(urls, equal_to(["first"] * 4), label="Documents")
+    first_gz = len(gzip.compress(first))
+    assert_that(
+        outputs["dead_letter"] | beam.Map(lambda row: (row["reason"], row["record_key"].rsplit("/", 1)[1])),
+        equal_to([
+            ("read_bad_content_length", f"short-1000.warc.gz:{first_gz}"),
+            ("read_bad_content_length", f"short-2000.warc.gz:{first_gz}"),
+            ("read_corrupt_warc", "whole.warc.gz:1"),
+            ("read_corrupt_warc", f"cut-http-headers.warc:{len(first)}"),
+        ]),
+        label="DeadLetters",
+    )
+    pipeline.run().wait_until_finish()
+
+
 def test_a_whole_file_gzip_keeps_its_first_record_and_says_in_one_line_to_recompress(tmp_path, no_network):
     # warcio reads only a gzip member per record; one member for the whole file ends after the first.
     import gzip
