@@ -11,10 +11,10 @@ cut short, a file cut) is a `read_corrupt_warc` dead letter naming where it star
 reading goes on at the next record after it (the next `WARC/1.x` line, or gzip member, that
 reads as one), so one bad record does not cost the rest of the file; a file cut short ends
 there. A response record that names no URL (`WARC-Target-URI`) is a `read_no_target_uri` dead
-letter; a record with no blank line where its Content-Length says it ends (a length too short
-cuts the record, one too long takes in the next) is a `read_bad_content_length` one, and
-reading goes on at the first record after its start, so a wrong length costs no other record
-(unless a length too long ends exactly on a blank line: warcio cannot tell it from a right one).
+letter; a record whose Content-Length ends it where no blank line follows, or inside the next
+record (a length too short cuts the record, one too long takes in the next) is a
+`read_bad_content_length` one, and reading goes on at the first record after its start, so a
+wrong length costs no other record.
 """
 
 from __future__ import annotations
@@ -153,19 +153,21 @@ def html_to_document(url: str, html: str, crawl_date: str | None) -> dict:
     }
 
 
-def next_record_start(handle, offset: int, size: int) -> int | None:
-    """The first file offset at or after `offset` where a WARC record reads (a `WARC/1.x` line
-    of an uncompressed file, a gzip member of a compressed one), or None: where reading goes
-    on after damage, so one bad record does not cost the rest of the file."""
+def next_record_start(handle, offset: int, end: int) -> int | None:
+    """The first file offset from `offset` to before `end` where a WARC record reads (a
+    `WARC/1.x` line of an uncompressed file, a gzip member of a compressed one), or None: where
+    reading goes on after damage, so one bad record does not cost the rest of the file."""
     tried = -1
     window_start = offset
-    while window_start < size:
+    while window_start < end:
         handle.seek(window_start)
         window = handle.read(_RESYNC_WINDOW_BYTES)
         if not window:
             break
         for match in _RECORD_START.finditer(window):
             candidate = window_start + match.start()
+            if candidate >= end:
+                return None
             if candidate > tried:  # windows overlap: each candidate is tried once
                 tried = candidate
                 if _reads_a_record(handle, candidate):
@@ -256,15 +258,14 @@ class ReadWarcResponsesFn(beam.DoFn):
             if not isinstance(record.raw_stream, LimitReader) or record.raw_stream.limit > 0:
                 return _Stop(record_start, "record shorter than its Content-Length", record_start + 1)
             floor = record_start + 1
-            misplaced_end = records.err_count > misplaced_ends
+            misplaced_end = records.err_count > misplaced_ends or self._took_in_a_record(handle, record_start, records)
             if body is _NO_TARGET_URI:
                 yield reject(STAGE, f"{path}:{record_start}", "read_no_target_uri",
                              "a response record without WARC-Target-URI: no URL to key or extract it by")
             elif misplaced_end:
-                # warcio found no blank line where the Content-Length says the record ends: a
-                # length too short cuts the record read, one too long takes in the next record.
+                # A length too short cuts the record read, one too long takes in the next record.
                 yield reject(STAGE, f"{path}:{record_start}", "read_bad_content_length",
-                             "no blank line where its Content-Length says the record ends")
+                             "its Content-Length ends it where no blank line follows, or inside the next record")
             elif body is not None:
                 outcome = self._page_or_rejection(f"{path}:{record_start}", record, body)
                 self.pages += isinstance(outcome, HtmlPage)
@@ -279,6 +280,20 @@ class ReadWarcResponsesFn(beam.DoFn):
             offset = max(records.offset, floor)
             return _Stop(offset, f"{size - offset} bytes after the last record", offset + 1)
         return None
+
+    @staticmethod
+    def _took_in_a_record(handle, record_start: int, records: ArchiveIterator) -> bool:
+        """Whether a record of an uncompressed file holds the start of another, its Content-Length
+        too long: warcio's blank-line check passes when that length ends on a blank line inside
+        the next record, or just before the one after it. (A .warc.gz record ends with its gzip
+        member, so a length too long there reads as a record cut short.)"""
+        if records.reader.decompressor is not None:
+            return False
+        reading_at = handle.tell()  # under warcio's buffered reader, which goes on from here
+        try:
+            return next_record_start(handle, record_start + 1, records.offset) is not None
+        finally:
+            handle.seek(reading_at)
 
     def _html_body(self, record, loader) -> bytes | object | None:
         """The decoded HTTP payload of an HTML response record, `_NO_TARGET_URI` for a response

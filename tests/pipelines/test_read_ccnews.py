@@ -192,6 +192,9 @@ def test_reading_goes_on_at_the_next_record_after_damage_and_a_wrong_length_cost
         "long.warc": _with_content_length(plain[0], +300) + plain[1] + plain[2],
         # Ending on the second record's last line: warcio itself would go on at the third.
         "swallow.warc": _with_content_length(plain[0], len(plain[1]) - 3) + plain[1] + plain[2],
+        # Too long, ending on the blank line after the second record's WARC headers: warcio's
+        # check passes, and it would emit the first page with part of the second and lose that one.
+        "long-to-blank.warc": _with_content_length(plain[0], 4 + plain[1].index(b"\r\n\r\n")) + plain[1] + plain[2],
         # Bytes that are no record between two records.
         "junk.warc": plain[0] + junk + plain[1] + plain[2],
         # A gzip member whose record is shorter than its Content-Length: the next member reads.
@@ -204,18 +207,18 @@ def test_reading_goes_on_at_the_next_record_after_damage_and_a_wrong_length_cost
     pipeline = TestPipeline()
     outputs = pipeline | ReadWarc(str(tmp_path / "*.warc*"))
     later = document("warc", later_url, BRIDGE["title"], BRIDGE["text"], BRIDGE["date"])
-    assert_that(outputs["documents"], equal_to([BRIDGE] + [CAFE, later] * 5), label="Documents")
+    assert_that(outputs["documents"], equal_to([BRIDGE] + [CAFE, later] * 6), label="Documents")
     rows = outputs["dead_letter"] | beam.Map(lambda row: (row["reason"], row["record_key"], row["detail"]))
 
     def check(found):
-        bad_length = "no blank line where its Content-Length says the record ends"
+        bad_length = "its Content-Length ends it where no blank line follows, or inside the next record"
         assert sorted((reason, key) for reason, key, _ in found) == sorted([
             ("read_bad_content_length", f"{at['short.warc']}:0"), ("read_bad_content_length", f"{at['long.warc']}:0"),
-            ("read_bad_content_length", f"{at['swallow.warc']}:0"),
+            ("read_bad_content_length", f"{at['swallow.warc']}:0"), ("read_bad_content_length", f"{at['long-to-blank.warc']}:0"),
             ("read_corrupt_warc", f"{at['junk.warc']}:{len(plain[0])}"), ("read_corrupt_warc", f"{at['long.warc.gz']}:0"),
         ])
         details = {key: detail for _, key, detail in found}
-        assert {details[f"{at[name]}:0"] for name in ("short.warc", "long.warc", "swallow.warc")} == {bad_length}
+        assert {details[f"{at[name]}:0"] for name in ("short.warc", "long.warc", "swallow.warc", "long-to-blank.warc")} == {bad_length}
         assert details[f"{at['junk.warc']}:{len(plain[0])}"] == (
             f"ArchiveLoadFailed: Invalid WARC record, first line: not a record; {len(junk)} bytes skipped to the "
             f"next record, at {len(plain[0]) + len(junk)}"
