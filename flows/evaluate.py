@@ -57,11 +57,15 @@ def evaluate_qa(
         logger.info("%s: EM %.3f, reader accuracy %s, recall@5 %.3f over %d questions -> %s", dataset,
                     metrics[dataset]["em"], _share(metrics[dataset]["reader_accuracy"]), metrics[dataset]["recall_at_5"],
                     metrics[dataset]["n"], path)
-    _publish(metrics, rows)
     return metrics
 
 
-def _publish(metrics: dict[str, dict], rows: dict[str, list[dict]]) -> None:
+def _publish(metrics: dict[str, dict], predictions: RunLayout) -> None:
+    """The metrics table and a sample of each dataset's predictions (read back from the run, so
+    a cached evaluation publishes them to its own flow run too)."""
+    from realm.schemas import PREDICTIONS, read_table
+
+    rows = {d: read_table(str(predictions.predictions_file(d)), PREDICTIONS).slice(0, 5).to_pylist() for d in metrics}
     create_table_artifact(
         key="realm-eval-metrics",
         table=[{"dataset": d, **{k: round(v, 4) if isinstance(v, float) else v for k, v in m.items()}} for d, m in metrics.items()],
@@ -75,7 +79,7 @@ def _publish(metrics: dict[str, dict], rows: dict[str, list[dict]]) -> None:
     lines += ["", "### Sample predictions", "", "| dataset | question | prediction | gold | EM |", "|---|---|---|---|---|"]
     for dataset_rows in rows.values():
         lines += [f"| {r['dataset']} | {r['question']} | {r['prediction']} | {' / '.join(r['answers'][:3])} | {'yes' if r['exact_match'] else 'no'} |"
-                  for r in dataset_rows[:5]]
+                  for r in dataset_rows]
     create_markdown_artifact(key="realm-eval-em", markdown="\n".join(lines), description="Open-QA exact match")
 
 
@@ -100,6 +104,8 @@ def evaluate(run: RunParams = RunParams(), params: EvaluateParams = EvaluatePara
     # the same predictions, so a reproduction resumed does not answer every row's again.
     reads = [*qa_files, trained.checkpoint, trained.index, answered.blocks, tagged_entities(answered.blocks)]
     stage = cached_in_run(evaluate_qa, layout, reads=reads, writes=[answered.predictions])
-    return stage(
+    metrics = stage(
         str(answered.root), trained.model_preset, qa_files, params, run.device, str(trained.checkpoint), str(trained.index),
     )
+    _publish(metrics, answered)
+    return metrics

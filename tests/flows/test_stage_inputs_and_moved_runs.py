@@ -4,6 +4,9 @@ import json
 import shutil
 from pathlib import Path
 
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
 from realm.flows.demo import DATA_DIR, demo_qa_path
 from realm.flows.evaluate import evaluate
 from realm.flows.finetune_openqa import finetune_openqa
@@ -43,8 +46,17 @@ def test_evaluation_answers_again_only_when_its_questions_checkpoint_or_index_ch
     first = evaluate(params.run, EvaluateParams(qa=[str(questions)]))
     predictions = run_root / "predictions" / "demo.parquet"
     written = predictions.stat().st_mtime_ns
-    assert evaluate(params.run, EvaluateParams(qa=[str(questions)])) == first
+    cached = evaluate(params.run, EvaluateParams(qa=[str(questions)]), return_state=True)
+    assert cached.result() == first
     assert predictions.stat().st_mtime_ns == written  # the cached result: nothing answered again
+    # ...and still published to its own flow run, for the Prefect UI.
+    with get_client(sync_client=True) as client:
+        published = {artifact.key: artifact.data for artifact in client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[cached.state_details.flow_run_id])))}
+    assert set(published) == {"realm-eval-metrics", "realm-eval-em"}
+    first_question = json.loads(questions.read_text().splitlines()[0])["question"]
+    assert f"| demo | {first['demo']['n']} | {first['demo']['em']:.3f} |" in published["realm-eval-em"]
+    assert f"| demo | {first_question} |" in published["realm-eval-em"]
     predictions.unlink()  # an output gone, its manifest left: answered again, not a hit without predictions
     assert evaluate(params.run, EvaluateParams(qa=[str(questions)])) == first and predictions.is_file()
     with questions.open("a") as handle:
