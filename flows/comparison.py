@@ -6,8 +6,10 @@ match among the questions with an answer in the blocks read) and recall@5, each 
 percentile-bootstrap 95% interval, and an exact McNemar test of each run against the first on
 the questions exactly one of them answers right; the same test of an answer in the top 5, and
 exact match split by which of the two runs read an answer (so a retriever that finds harder
-questions' answers is told apart from a reader that reads worse). Runs must have answered the
-same questions (the same question file), or the comparison is refused naming the dataset.
+questions' answers is told apart from a reader that reads worse). Over all the datasets: each
+run's mean EM, its difference from the first run's with a paired bootstrap 95% interval, and
+the McNemar test on all the questions. Runs must have answered the same questions (the same
+question file), or the comparison is refused naming the dataset.
 
 Masked spans: each run's `masked_spans/<examples>.parquet` (pre-training's last evaluation,
 MASKED_SPAN_OUTCOMES) gives masked-span accuracy with retrieval and with the null document
@@ -74,13 +76,14 @@ def _accuracy(correct: list[bool], key: str) -> dict:
 
 
 def compare(run_roots: list[str]) -> dict[str, list[dict]]:
-    """{"questions": rows, "masked_spans": rows}, each where every run has that kind of
-    result; refused when they share neither.
+    """{"questions": rows, "overall": rows, "masked_spans": rows}, each where every run has
+    that kind of result; refused when they share neither.
 
     A questions row per (dataset, run): {dataset, run, n, em, em_low, em_high,
     reader_accuracy, reader_low, reader_high, n_answer_read, recall_at_5, only_this_right,
     only_baseline_right, p_value, recall_at_5_paired, answer_read} (the last five None for the
-    baseline; `_retrieval_split` says what the last two hold). A masked-spans row
+    baseline; `_retrieval_split` says what the last two hold). An overall row per run is
+    `_overall`'s, over the datasets of the questions rows. A masked-spans row
     per (examples, run): {examples, run, step, n, accuracy_with_retrieval and its interval
     (…_low, …_high), accuracy_null_only and its interval, span_in_candidates, the paired
     three, of accuracy with retrieval against the first run's, `in_retrieved` and
@@ -100,7 +103,7 @@ def compare(run_roots: list[str]) -> dict[str, list[dict]]:
     masked_spans = [_results(layout.masked_spans, MASKED_SPAN_OUTCOMES) for layout in layouts]
     found = {}
     if all(predictions):
-        found["questions"] = _compare_questions(run_roots, predictions)
+        found["questions"], found["overall"] = _compare_questions(run_roots, predictions)
     # Fine-tuning roots made from one pre-training link its masked_spans/: comparing a directory
     # with itself would print a table of ties.
     one_directory = len(layouts) > 1 and len({layout.masked_spans.resolve() for layout in layouts}) == 1
@@ -128,15 +131,18 @@ def _shared(run_roots: list[str], tables: list[dict[str, list[dict]]], what: str
     return shared
 
 
-def _compare_questions(run_roots: list[str], tables: list[dict[str, list[dict]]]) -> list[dict]:
+def _compare_questions(run_roots: list[str], tables: list[dict[str, list[dict]]]) -> tuple[list[dict], list[dict]]:
+    """The per-(dataset, run) rows, and the per-run rows over all datasets (`_overall`)."""
     rows = []
-    for dataset in _shared(run_roots, tables, "dataset"):
+    datasets = _shared(run_roots, tables, "dataset")
+    outcomes = {root: {} for root in run_roots}
+    for dataset in datasets:
         baseline = tables[0][dataset]
         for root, by_dataset in zip(run_roots, tables):
             predictions = by_dataset[dataset]
             if [p["question"] for p in predictions] != [p["question"] for p in baseline]:
                 raise ValueError(f"{dataset}: {root} and {run_roots[0]} answered different questions; evaluate both on one file")
-            em = [p["exact_match"] for p in predictions]
+            em = outcomes[root][dataset] = [p["exact_match"] for p in predictions]
             read = [p["exact_match"] for p in predictions if _answer_read(p)]
             em_interval, reader = _accuracy(em, "em"), _accuracy(read, "reader_accuracy")
             is_baseline = root == run_roots[0]
@@ -149,6 +155,32 @@ def _compare_questions(run_roots: list[str], tables: list[dict[str, list[dict]]]
                 **_paired(em, [p["exact_match"] for p in baseline], is_baseline),
                 **({"recall_at_5_paired": None, "answer_read": None} if is_baseline else _retrieval_split(predictions, baseline)),
             })
+    return rows, _overall(run_roots, datasets, outcomes)
+
+
+def _overall(run_roots: list[str], datasets: list[str], outcomes: dict[str, dict[str, list[bool]]]) -> list[dict]:
+    """A row per run: {run, datasets, n, mean_em (the datasets' EM averaged, each weighing the
+    same, as the reproduction's table does), difference (from the first run's mean_em),
+    difference_low, difference_high (its paired bootstrap 95% interval, questions resampled
+    within each dataset), and the exact McNemar test on all the questions pooled}, the last
+    five None for the first run."""
+    from realm.model.qa.paired_stats import paired_difference_interval
+
+    baseline = outcomes[run_roots[0]]
+    datasets = [dataset for dataset in datasets if baseline[dataset]]  # an empty file has no EM to average
+    rows = []
+    for root in run_roots:
+        is_baseline = root == run_roots[0]
+        difference, low, high = (None, None, None) if is_baseline else paired_difference_interval(
+            [(outcomes[root][dataset], baseline[dataset]) for dataset in datasets]
+        )
+        rows.append({
+            "run": root, "datasets": datasets, "n": sum(len(baseline[dataset]) for dataset in datasets),
+            "mean_em": sum(sum(em) / len(em) for em in (outcomes[root][d] for d in datasets)) / len(datasets)
+            if datasets else None,
+            "difference": difference, "difference_low": low, "difference_high": high,
+            **_paired([x for d in datasets for x in outcomes[root][d]], [x for d in datasets for x in baseline[d]], is_baseline),
+        })
     return rows
 
 
@@ -238,11 +270,12 @@ def display_names(run_roots: list[str]) -> dict[str, str]:
 
 
 def comparison_markdown(found: dict[str, list[dict]], run_roots: list[str]) -> str:
-    """`compare`'s tables: the questions', then the masked spans'."""
+    """`compare`'s tables: the questions' per dataset and over them all, then the masked spans'."""
     names = display_names(run_roots)
     tables = []
     if "questions" in found:
         tables.append(_questions_markdown(found["questions"], names))
+        tables.append(_overall_markdown(found["overall"], names))
     if "masked_spans" in found:
         tables.append(_masked_spans_markdown(found["masked_spans"], names))
         if any(row["copying"] for row in found["masked_spans"]):
@@ -308,6 +341,23 @@ def _copying_markdown(rows: list[dict], names: dict[str, str]) -> str:
             f"| {c['copied_holder_first']} ({c['copied_holder_first_right']}) "
             f"| {c['copied_holder_lower']} ({c['copied_holder_lower_right']}) | {p_cells} |"
         )
+    return "\n".join(lines)
+
+
+def _overall_markdown(rows: list[dict], names: dict[str, str]) -> str:
+    datasets = ", ".join(rows[0]["datasets"])
+    lines = [
+        f"| run | mean EM of {datasets} | difference from baseline [95% CI] | right only here / only in baseline "
+        f"({rows[0]['n']} questions) | p |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        difference = "baseline" if r["difference"] is None else (
+            f"{r['difference']:+.3f} [{r['difference_low']:+.3f}, {r['difference_high']:+.3f}]"
+        )
+        paired, p_value = ("", "") if r["p_value"] is None else _paired_cells(r)
+        mean_em = "-" if r["mean_em"] is None else f"{r['mean_em']:.3f}"
+        lines.append(f"| {names[r['run']]} | {mean_em} | {difference} | {paired} | {p_value} |")
     return "\n".join(lines)
 
 

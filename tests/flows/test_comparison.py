@@ -25,7 +25,7 @@ def test_runs_are_compared_question_by_question_against_the_first(tmp_path):
     other = _evaluated(tmp_path / "b", "nq", [(True, 0), (False, 1), (True, 0), (True, 2), (True, 6), (True, 7)])
     found = compare([baseline, other])
 
-    assert list(found) == ["questions"]  # neither run was pre-trained
+    assert list(found) == ["questions", "overall"]  # neither run was pre-trained
     first, second = found["questions"]
     assert (first["run"], first["n"], first["em"], first["p_value"]) == (baseline, 6, 2 / 6, None)
     assert first["reader_accuracy"] == 2 / 4 and first["n_answer_read"] == 4  # ranks 0, 1, 0, 2 are read
@@ -35,6 +35,29 @@ def test_runs_are_compared_question_by_question_against_the_first(tmp_path):
     assert second["reader_accuracy"] == 3 / 4 and second["em"] == 5 / 6
     assert second["em_low"] <= second["em"] <= second["em_high"]
     assert "| nq | b | 6 | 0.833 [" in comparison_markdown(found, [baseline, other])
+
+
+def test_over_all_datasets_each_run_gets_its_mean_em_and_its_difference_from_the_first_with_an_interval(tmp_path):
+    # nq: the baseline right on 1 of 4, the other on 3 (2 right only there); ct: 2 of 2 against
+    # 1 of 2 (1 right only in the baseline). Each dataset weighs the same in the means.
+    baseline = _evaluated(tmp_path / "a", "nq", [(True, 0), (False, 0), (False, 0), (False, 0)])
+    _evaluated(tmp_path / "a", "ct", [(True, 0), (True, 0)])
+    other = _evaluated(tmp_path / "b", "nq", [(True, 0), (True, 0), (True, 0), (False, 0)])
+    _evaluated(tmp_path / "b", "ct", [(False, 0), (True, 0)])
+    first, second = compare([baseline, other])["overall"]
+
+    assert first == {"run": baseline, "datasets": ["ct", "nq"], "n": 6, "mean_em": (1 + 1 / 4) / 2, "difference": None,
+                     "difference_low": None, "difference_high": None, "only_this_right": None,
+                     "only_baseline_right": None, "p_value": None}
+    assert second["mean_em"] == (1 / 2 + 3 / 4) / 2
+    assert second["difference"] == (1 / 2 + 3 / 4) / 2 - (1 + 1 / 4) / 2
+    assert second["difference_low"] < second["difference"] < second["difference_high"]
+    assert (second["only_this_right"], second["only_baseline_right"]) == (2, 1)
+    assert second["p_value"] == mcnemar_exact_p_value(2, 1)
+    markdown = comparison_markdown(compare([baseline, other]), [baseline, other])
+    assert "| run | mean EM of ct, nq | difference from baseline [95% CI] | right only here / only in baseline (6 questions) | p |" in markdown
+    assert "| a | 0.625 | baseline |  |  |" in markdown
+    assert f"| b | 0.625 | +0.000 [{second['difference_low']:+.3f}, {second['difference_high']:+.3f}] | 2 / 1 | 1 |" in markdown
 
 
 def test_retrieval_is_compared_question_by_question_and_exact_match_split_by_which_run_read_an_answer(tmp_path):
@@ -68,10 +91,10 @@ def test_runs_linking_one_masked_spans_directory_compare_only_their_predictions(
     assert list(compare(runs)) == ["masked_spans"]  # nothing else to compare: the table is shown
     for run in runs:
         _evaluated(Path(run), "nq", [(True, 0), (False, 1)])
-    assert list(compare(runs)) == ["questions"]
+    assert list(compare(runs)) == ["questions", "overall"]
     own = _pretrained(tmp_path / "c", "held_out", [(1, True, False), (2, True, False)])
     _evaluated(tmp_path / "c", "nq", [(True, 0), (True, 1)])
-    assert list(compare([runs[0], own])) == ["questions", "masked_spans"]  # two directories: both tables
+    assert list(compare([runs[0], own])) == ["questions", "overall", "masked_spans"]  # two directories: both tables
 
 
 def test_runs_that_answered_other_questions_are_refused(tmp_path):
@@ -153,8 +176,8 @@ def test_runs_with_both_kinds_of_result_get_both_tables(tmp_path):
         _evaluated(tmp_path / name, "nq", [(True, 0), (False, 1)])
         runs.append(_pretrained(tmp_path / name, "held_out", [(1, True, False), (2, False, False)]))
     found = compare(runs)
-    assert list(found) == ["questions", "masked_spans"]
-    assert comparison_markdown(found, runs).count("| baseline |") == 2
+    assert list(found) == ["questions", "overall", "masked_spans"]
+    assert comparison_markdown(found, runs).count("| baseline |") == 3  # a baseline row in each table
 
 
 def test_pretrained_runs_on_other_examples_are_refused(tmp_path):

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from realm.model.qa.paired_stats import bootstrap_interval, mcnemar_exact_p_value
+from realm.model.qa.paired_stats import bootstrap_interval, mcnemar_exact_p_value, paired_difference_interval
 
 
 def test_mcnemar_exact_p_value_is_the_two_sided_binomial_tail_of_the_discordant_split():
@@ -34,3 +34,17 @@ def test_bootstrap_resamples_in_chunks_give_the_interval_of_one_draw_of_them_all
     whole = tuple(np.quantile(means, [0.025, 0.975]))
     monkeypatch.setattr(realm.model.qa.paired_stats, "_DRAWS_PER_CHUNK", 100 * correct.size + 7)  # 100 rows, 5 chunks
     assert bootstrap_interval(correct, resamples=500) == pytest.approx(whole, abs=1e-12)  # the same draws
+
+
+def test_the_paired_difference_weighs_each_set_the_same_and_its_interval_resamples_both_systems_together():
+    # Set one: the first system right on 30 of 100 more than the second; set two: both the same.
+    first = [True] * 30 + [False] * 70
+    difference, low, high = paired_difference_interval([(first, [False] * 100), ([True, False] * 5, [True, False] * 5)])
+    assert difference == pytest.approx((0.3 + 0.0) / 2)
+    # Set two adds nothing to the spread: the interval is set one's own, halved, ~ 0.15 ± 1.96·sqrt(0.3·0.7/100) / 2.
+    assert (low, high) == pytest.approx((0.15 - 0.045, 0.15 + 0.045), abs=0.01)
+    # Paired: two systems right on the same examples differ by exactly 0 in every resample.
+    assert paired_difference_interval([(first, first)]) == (0.0, 0.0, 0.0)
+    # Sets without examples are left out, and none at all gives no difference.
+    assert paired_difference_interval([(first, [False] * 100), ([], [])])[0] == pytest.approx(0.3)
+    assert all(math.isnan(v) for v in paired_difference_interval([([], [])]))
