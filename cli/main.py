@@ -354,11 +354,13 @@ def _print_answer(answerer, question: str, num_read: int, evidence: int) -> None
 
 def _compare(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
-    from realm.flows.comparison import compare, comparison_markdown
+    from realm.flows.comparison import compare, compare_seeds, comparison_markdown, seeds_markdown
     from realm.schemas import ArtifactError
 
+    systems = [system.split(",") for system in args.runs]
+    seeded = any(len(runs) > 1 for runs in systems)
     try:
-        found = compare(args.runs)
+        found = compare_seeds(systems) if seeded else compare(args.runs)
     except ArtifactError:
         raise  # main's one line for a damaged file
     except ValueError as error:  # runs that evaluated other questions or examples, an empty set
@@ -366,7 +368,7 @@ def _compare(args: argparse.Namespace, extra: list[str]) -> int:
     if args.json:
         _print_json(found)
     else:
-        print(comparison_markdown(found, args.runs))
+        print(seeds_markdown(found, systems) if seeded else comparison_markdown(found, args.runs))
     return 0
 
 
@@ -439,11 +441,15 @@ def build_parser() -> argparse.ArgumentParser:
         "pre-training's last evaluation), whichever every run has; the first run is the baseline the others are tested "
         "against (exact McNemar test on the questions, or masked spans, one gets right and the other wrong). For masked "
         "spans it also shows where p(z|x) ranked the retrieved blocks holding each span, and what the marginal made of the "
-        "spans only such a block's reading gets right.",
+        "spans only such a block's reading gets right. Systems trained on several seeds are named as their runs joined "
+        "by commas (runs/orqa,runs/orqa_s1 runs/realm,runs/realm_s1), paired seed by seed: their mean EM over the "
+        "seeds, its difference from the first system's with a bootstrap 95%% interval over the questions, and the "
+        "McNemar test summed over the seed pairs.",
     )
-    compare.add_argument("runs", nargs="+", help="run roots, baseline first")
+    compare.add_argument("runs", nargs="+", help="run roots, baseline first (a system's seeds: runs joined by commas)")
     compare.add_argument("--json", action="store_true",
-                         help='print {"questions": rows, "masked_spans": rows} (those every run has) as one JSON line')
+                         help='print {"questions": rows, "overall": rows, "masked_spans": rows} (those every run has), '
+                         'or {"over_seeds": rows}, as one JSON line')
     compare.set_defaults(handler=_compare)
 
     reproduce = commands.add_parser(

@@ -93,12 +93,7 @@ def compare(run_roots: list[str]) -> dict[str, list[dict]]:
     left out when the runs share one masked_spans/ directory and have predictions to compare."""
     from realm.schemas import MASKED_SPAN_OUTCOMES, PREDICTIONS
 
-    layouts = [RunLayout.at(root) for root in run_roots]
-    for i, layout in enumerate(layouts):
-        if not layout.root.is_dir():
-            raise FileNotFoundError(f"{run_roots[i]}: no such directory")
-        if layout.root in (earlier := [other.root for other in layouts[:i]]):
-            raise ValueError(f"{run_roots[i]} is {run_roots[earlier.index(layout.root)]} again; name each run once")
+    layouts = _layouts(run_roots)
     predictions = [_results(layout.predictions, PREDICTIONS) for layout in layouts]
     masked_spans = [_results(layout.masked_spans, MASKED_SPAN_OUTCOMES) for layout in layouts]
     found = {}
@@ -112,11 +107,74 @@ def compare(run_roots: list[str]) -> dict[str, list[dict]]:
     if not found:
         lacking = next((root for root, p, m in zip(run_roots, predictions, masked_spans) if not p and not m), None)
         raise FileNotFoundError(
-            f"{RunLayout.at(lacking).predictions}: no predictions (run `realm evaluate --run {lacking} --qa ...` first) "
-            f"and no masked_spans/ (pre-training writes them)"
+            f"{_no_predictions(lacking)} and no masked_spans/ (pre-training writes them)"
             if lacking else f"the runs {run_roots} share no kind of result: some have only predictions, some only masked_spans"
         )
     return found
+
+
+def compare_seeds(systems: list[list[str]]) -> dict[str, list[dict]]:
+    """{"over_seeds": a row per system}: each system's runs are its seeds, paired seed by seed
+    with the first system's (every system has as many). A row: {system (its runs), datasets, n
+    (questions per seed), mean_em_per_seed, mean_em (over seeds), difference (from the first
+    system's mean_em), difference_low, difference_high (a paired bootstrap 95% interval:
+    questions resampled within each dataset, the same resample for every seed of both, so the
+    spread of questions is counted and not only that of seeds), only_this_right,
+    only_baseline_right, p_value (the exact McNemar test on the discordant questions summed
+    over the seed pairs, a question counting once per pair)}, the last six None for the first."""
+    from realm.model.qa.paired_stats import mcnemar_exact_p_value, paired_difference_interval
+    from realm.schemas import PREDICTIONS
+
+    if any(len(runs) != len(systems[0]) for runs in systems):
+        raise ValueError(f"every system needs as many seeds as the first ({len(systems[0])}), paired in order: {systems}")
+    run_roots = [run for runs in systems for run in runs]
+    tables = [_results(layout.predictions, PREDICTIONS) for layout in _layouts(run_roots)]
+    if lacking := next((root for root, table in zip(run_roots, tables) if not table), None):
+        raise FileNotFoundError(_no_predictions(lacking))
+    datasets, outcomes = _question_outcomes(run_roots, tables)
+    datasets = [dataset for dataset in datasets if outcomes[run_roots[0]][dataset]]
+
+    def over_seeds(runs: list[str], dataset: str) -> list[float]:
+        """Each question's exact match averaged over the seeds."""
+        return [sum(column) / len(runs) for column in zip(*(outcomes[run][dataset] for run in runs))]
+
+    baseline = systems[0]
+    rows = []
+    for i, runs in enumerate(systems):
+        is_baseline = i == 0
+        per_seed = [sum(sum(o) / len(o) for o in (outcomes[run][d] for d in datasets)) / len(datasets) for run in runs]
+        difference, low, high = (None, None, None) if is_baseline else paired_difference_interval(
+            [(over_seeds(runs, dataset), over_seeds(baseline, dataset)) for dataset in datasets]
+        )
+        only_this = only_baseline = 0
+        for run, baseline_run in zip(runs, baseline):
+            paired = _paired([x for d in datasets for x in outcomes[run][d]],
+                             [x for d in datasets for x in outcomes[baseline_run][d]], False)
+            only_this, only_baseline = only_this + paired["only_this_right"], only_baseline + paired["only_baseline_right"]
+        rows.append({
+            "system": runs, "datasets": datasets, "n": sum(len(outcomes[runs[0]][d]) for d in datasets),
+            "mean_em_per_seed": per_seed, "mean_em": sum(per_seed) / len(per_seed),
+            "difference": difference, "difference_low": low, "difference_high": high,
+            **({"only_this_right": None, "only_baseline_right": None, "p_value": None} if is_baseline else
+               {"only_this_right": only_this, "only_baseline_right": only_baseline,
+                "p_value": mcnemar_exact_p_value(only_this, only_baseline)}),
+        })
+    return {"over_seeds": rows}
+
+
+def _layouts(run_roots: list[str]) -> list[RunLayout]:
+    """The runs' layouts; refused naming a folder that does not exist or a run named twice."""
+    layouts = [RunLayout.at(root) for root in run_roots]
+    for i, layout in enumerate(layouts):
+        if not layout.root.is_dir():
+            raise FileNotFoundError(f"{run_roots[i]}: no such directory")
+        if layout.root in (earlier := [other.root for other in layouts[:i]]):
+            raise ValueError(f"{run_roots[i]} is {run_roots[earlier.index(layout.root)]} again; name each run once")
+    return layouts
+
+
+def _no_predictions(root: str) -> str:
+    return f"{RunLayout.at(root).predictions}: no predictions (run `realm evaluate --run {root} --qa ...` first)"
 
 
 def _shared(run_roots: list[str], tables: list[dict[str, list[dict]]], what: str) -> list[str]:
@@ -131,18 +189,29 @@ def _shared(run_roots: list[str], tables: list[dict[str, list[dict]]], what: str
     return shared
 
 
+def _question_outcomes(run_roots: list[str], tables: list[dict[str, list[dict]]]) -> tuple[list[str], dict]:
+    """The datasets every run answered, and {run: {dataset: exact match per question}}; refused
+    naming the dataset where a run answered other questions than the first run."""
+    datasets = _shared(run_roots, tables, "dataset")
+    outcomes = {root: {} for root in run_roots}
+    for dataset in datasets:
+        questions = [p["question"] for p in tables[0][dataset]]
+        for root, by_dataset in zip(run_roots, tables):
+            if [p["question"] for p in by_dataset[dataset]] != questions:
+                raise ValueError(f"{dataset}: {root} and {run_roots[0]} answered different questions; evaluate both on one file")
+            outcomes[root][dataset] = [p["exact_match"] for p in by_dataset[dataset]]
+    return datasets, outcomes
+
+
 def _compare_questions(run_roots: list[str], tables: list[dict[str, list[dict]]]) -> tuple[list[dict], list[dict]]:
     """The per-(dataset, run) rows, and the per-run rows over all datasets (`_overall`)."""
     rows = []
-    datasets = _shared(run_roots, tables, "dataset")
-    outcomes = {root: {} for root in run_roots}
+    datasets, outcomes = _question_outcomes(run_roots, tables)
     for dataset in datasets:
         baseline = tables[0][dataset]
         for root, by_dataset in zip(run_roots, tables):
             predictions = by_dataset[dataset]
-            if [p["question"] for p in predictions] != [p["question"] for p in baseline]:
-                raise ValueError(f"{dataset}: {root} and {run_roots[0]} answered different questions; evaluate both on one file")
-            em = outcomes[root][dataset] = [p["exact_match"] for p in predictions]
+            em = outcomes[root][dataset]
             read = [p["exact_match"] for p in predictions if _answer_read(p)]
             em_interval, reader = _accuracy(em, "em"), _accuracy(read, "reader_accuracy")
             is_baseline = root == run_roots[0]
@@ -341,6 +410,25 @@ def _copying_markdown(rows: list[dict], names: dict[str, str]) -> str:
             f"| {c['copied_holder_first']} ({c['copied_holder_first_right']}) "
             f"| {c['copied_holder_lower']} ({c['copied_holder_lower_right']}) | {p_cells} |"
         )
+    return "\n".join(lines)
+
+
+def seeds_markdown(found: dict[str, list[dict]], systems: list[list[str]]) -> str:
+    """`compare_seeds`' table."""
+    names = display_names([run for runs in systems for run in runs])
+    rows = found["over_seeds"]
+    lines = [
+        f"| system | mean EM of {', '.join(rows[0]['datasets'])}, per seed | over the seeds | difference from baseline "
+        f"[95% CI] | right only here / only in baseline, summed over the seed pairs ({rows[0]['n']} questions each) | p |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        difference = "baseline" if r["difference"] is None else (
+            f"{r['difference']:+.3f} [{r['difference_low']:+.3f}, {r['difference_high']:+.3f}]"
+        )
+        paired, p_value = ("", "") if r["p_value"] is None else _paired_cells(r)
+        lines.append(f"| {', '.join(names[run] for run in r['system'])} | {' / '.join(f'{em:.3f}' for em in r['mean_em_per_seed'])} "
+                     f"| {r['mean_em']:.3f} | {difference} | {paired} | {p_value} |")
     return "\n".join(lines)
 
 

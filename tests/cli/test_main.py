@@ -81,6 +81,8 @@ def test_what_a_user_can_fix_is_one_line_and_a_non_zero_exit(tmp_path, capsys):
     write_table(str(tmp_path / "empty" / "masked_spans" / "held_out.parquet"), [], MASKED_SPAN_OUTCOMES)
     record_files(tmp_path / "empty" / "masked_spans", ["held_out.parquet"])
     _refused(["compare", str(tmp_path / "empty")], "^realm compare: masked_spans/held_out: .* holds no examples", capsys)
+    _refused(["compare", f"{tmp_path / 'empty'},{tmp_path}", str(tmp_path / "empty")],
+             r"^realm compare: every system needs as many seeds as the first \(2\)", capsys)
     missing = str(tmp_path / "dumps" / "*.xml")
     assert main(["prepare", "--corpus", "wikipedia-xml", "--input", missing, "--output", str(tmp_path / "run")]) == 2
     assert capsys.readouterr().err == (

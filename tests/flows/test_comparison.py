@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from realm.flows.comparison import compare, comparison_markdown
+from realm.flows.comparison import compare, compare_seeds, comparison_markdown, seeds_markdown
 from realm.model.publish import IntegrityError, record_files
 from realm.model.qa.paired_stats import mcnemar_exact_p_value
 from realm.schemas import MASKED_SPAN_OUTCOMES, PREDICTIONS, write_table
@@ -58,6 +58,31 @@ def test_over_all_datasets_each_run_gets_its_mean_em_and_its_difference_from_the
     assert "| run | mean EM of ct, nq | difference from baseline [95% CI] | right only here / only in baseline (6 questions) | p |" in markdown
     assert "| a | 0.625 | baseline |  |  |" in markdown
     assert f"| b | 0.625 | +0.000 [{second['difference_low']:+.3f}, {second['difference_high']:+.3f}] | 2 / 1 | 1 |" in markdown
+
+
+def test_systems_of_several_seeds_are_compared_seed_by_seed_and_over_the_seeds(tmp_path):
+    # Baseline seeds right on 1 and 2 of 4 nq questions; the other's on 3 and 2: seed 0 pairs
+    # 2 right only there and 0 only in the baseline, seed 1 pairs 1 and 1.
+    baseline = [_evaluated(tmp_path / "a0", "nq", [(True, 0), (False, 0), (False, 0), (False, 0)]),
+                _evaluated(tmp_path / "a1", "nq", [(True, 0), (True, 0), (False, 0), (False, 0)])]
+    other = [_evaluated(tmp_path / "b0", "nq", [(True, 0), (True, 0), (True, 0), (False, 0)]),
+             _evaluated(tmp_path / "b1", "nq", [(True, 0), (False, 0), (True, 0), (False, 0)])]
+    first, second = compare_seeds([baseline, other])["over_seeds"]
+
+    assert (first["system"], first["mean_em_per_seed"], first["mean_em"], first["difference"], first["p_value"]) == (
+        baseline, [1 / 4, 2 / 4], 3 / 8, None, None)
+    assert (second["mean_em_per_seed"], second["mean_em"], second["n"]) == ([3 / 4, 2 / 4], 5 / 8, 4)
+    assert second["difference"] == 5 / 8 - 3 / 8
+    assert second["difference_low"] <= second["difference"] <= second["difference_high"]
+    assert (second["only_this_right"], second["only_baseline_right"]) == (3, 1)
+    assert second["p_value"] == mcnemar_exact_p_value(3, 1)
+    markdown = seeds_markdown(compare_seeds([baseline, other]), [baseline, other])
+    assert "| a0, a1 | 0.250 / 0.500 | 0.375 | baseline |  |  |" in markdown
+    assert f"| b0, b1 | 0.750 / 0.500 | 0.625 | +0.250 [{second['difference_low']:+.3f}, " in markdown
+    with pytest.raises(ValueError, match="every system needs as many seeds as the first \\(2\\)"):
+        compare_seeds([baseline, other[:1]])
+    with pytest.raises(FileNotFoundError, match="no predictions"):
+        compare_seeds([baseline, [other[0], str(tmp_path)]])
 
 
 def test_retrieval_is_compared_question_by_question_and_exact_match_split_by_which_run_read_an_answer(tmp_path):
