@@ -132,7 +132,6 @@ def compare_seeds(systems: list[list[str]]) -> dict[str, list[dict]]:
     if lacking := next((root for root, table in zip(run_roots, tables) if not table), None):
         raise FileNotFoundError(_no_predictions(lacking))
     datasets, outcomes = _question_outcomes(run_roots, tables)
-    datasets = [dataset for dataset in datasets if outcomes[run_roots[0]][dataset]]
 
     def over_seeds(runs: list[str], dataset: str) -> list[float]:
         """Each question's exact match averaged over the seeds."""
@@ -142,7 +141,7 @@ def compare_seeds(systems: list[list[str]]) -> dict[str, list[dict]]:
     rows = []
     for i, runs in enumerate(systems):
         is_baseline = i == 0
-        per_seed = [sum(sum(o) / len(o) for o in (outcomes[run][d] for d in datasets)) / len(datasets) for run in runs]
+        per_seed = [_mean_em(outcomes[run], datasets) for run in runs]
         difference, low, high = (None, None, None) if is_baseline else paired_difference_interval(
             [(over_seeds(runs, dataset), over_seeds(baseline, dataset)) for dataset in datasets]
         )
@@ -160,6 +159,11 @@ def compare_seeds(systems: list[list[str]]) -> dict[str, list[dict]]:
                 "p_value": mcnemar_exact_p_value(only_this, only_baseline)}),
         })
     return {"over_seeds": rows}
+
+
+def _mean_em(by_dataset: dict[str, list[bool]], datasets: list[str]) -> float:
+    """The datasets' exact match averaged, each weighing the same (as the reproduction's table does)."""
+    return sum(sum(by_dataset[d]) / len(by_dataset[d]) for d in datasets) / len(datasets)
 
 
 def _layouts(run_roots: list[str]) -> list[RunLayout]:
@@ -236,7 +240,6 @@ def _overall(run_roots: list[str], datasets: list[str], outcomes: dict[str, dict
     from realm.model.qa.paired_stats import paired_difference_interval
 
     baseline = outcomes[run_roots[0]]
-    datasets = [dataset for dataset in datasets if baseline[dataset]]  # an empty file has no EM to average
     rows = []
     for root in run_roots:
         is_baseline = root == run_roots[0]
@@ -245,8 +248,7 @@ def _overall(run_roots: list[str], datasets: list[str], outcomes: dict[str, dict
         )
         rows.append({
             "run": root, "datasets": datasets, "n": sum(len(baseline[dataset]) for dataset in datasets),
-            "mean_em": sum(sum(em) / len(em) for em in (outcomes[root][d] for d in datasets)) / len(datasets)
-            if datasets else None,
+            "mean_em": _mean_em(outcomes[root], datasets),
             "difference": difference, "difference_low": low, "difference_high": high,
             **_paired([x for d in datasets for x in outcomes[root][d]], [x for d in datasets for x in baseline[d]], is_baseline),
         })
@@ -419,7 +421,8 @@ def seeds_markdown(found: dict[str, list[dict]], systems: list[list[str]]) -> st
     rows = found["over_seeds"]
     lines = [
         f"| system | mean EM of {', '.join(rows[0]['datasets'])}, per seed | over the seeds | difference from baseline "
-        f"[95% CI] | right only here / only in baseline, summed over the seed pairs ({rows[0]['n']} questions each) | p |",
+        f"[95% CI] | right only here / only in baseline, summed over the seed pairs ({rows[0]['n']} questions each) "
+        f"| p (all of them) |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -435,8 +438,8 @@ def seeds_markdown(found: dict[str, list[dict]], systems: list[list[str]]) -> st
 def _overall_markdown(rows: list[dict], names: dict[str, str]) -> str:
     datasets = ", ".join(rows[0]["datasets"])
     lines = [
-        f"| run | mean EM of {datasets} | difference from baseline [95% CI] | right only here / only in baseline "
-        f"({rows[0]['n']} questions) | p |",
+        f"| run | mean EM of {datasets} | difference from baseline [95% CI] | right only here / only in baseline, "
+        f"all {rows[0]['n']} questions | p (all questions) |",
         "|---|---|---|---|---|",
     ]
     for r in rows:
@@ -444,8 +447,7 @@ def _overall_markdown(rows: list[dict], names: dict[str, str]) -> str:
             f"{r['difference']:+.3f} [{r['difference_low']:+.3f}, {r['difference_high']:+.3f}]"
         )
         paired, p_value = ("", "") if r["p_value"] is None else _paired_cells(r)
-        mean_em = "-" if r["mean_em"] is None else f"{r['mean_em']:.3f}"
-        lines.append(f"| {names[r['run']]} | {mean_em} | {difference} | {paired} | {p_value} |")
+        lines.append(f"| {names[r['run']]} | {r['mean_em']:.3f} | {difference} | {paired} | {p_value} |")
     return "\n".join(lines)
 
 

@@ -11,10 +11,12 @@ cut short, a file cut) is a `read_corrupt_warc` dead letter naming where it star
 reading goes on at the next record after it (the next `WARC/1.x` line, or gzip member, that
 reads as one), so one bad record does not cost the rest of the file; a file cut short ends
 there. A response record that names no URL (`WARC-Target-URI`) is a `read_no_target_uri` dead
-letter; a record whose Content-Length ends it where no blank line follows, or inside the next
-record (a length too short cuts the record, one too long takes in the next) is a
+letter; a record whose Content-Length ends it where no blank line follows, or takes in the
+next record (a length too short cuts the record, one too long takes in the next: a record of
+an uncompressed file that another one starts inside and claims an end at or past its own) is a
 `read_bad_content_length` one, and reading goes on at the first record after its start, so a
-wrong length costs no other record.
+wrong length costs no other record. A record start is a `WARC/1.x` line, or gzip member,
+followed by the headers every record has (a page quoting one starts none).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ _NO_TARGET_URI = object()
 # Where a record may start: a WARC version line at the start of a line, or a gzip member's magic.
 _RECORD_START = re.compile(rb"(?<=\n)WARC/1\.[01]\r?\n|\x1f\x8b\x08")
 _RESYNC_WINDOW_BYTES = 1 << 20
+_MANDATORY_HEADERS = ("WARC-Record-ID", "Content-Length")  # of every record (WARC 1.0 and 1.1, section 5)
 _RESYNC_OVERLAP_BYTES = 16  # longer than a match plus the line break before it
 # Prose has a paragraph with a sentence of at least this many words; menu items, link lists
 # and headlines have none (they are short, or end without a full stop).
@@ -161,7 +164,7 @@ def next_record_start(handle, offset: int, end: int) -> int | None:
     window_start = offset
     while window_start < end:
         handle.seek(window_start)
-        window = handle.read(_RESYNC_WINDOW_BYTES)
+        window = handle.read(min(_RESYNC_WINDOW_BYTES, end - window_start + _RESYNC_OVERLAP_BYTES))
         if not window:
             break
         for match in _RECORD_START.finditer(window):
@@ -177,11 +180,23 @@ def next_record_start(handle, offset: int, end: int) -> int | None:
 
 
 def _reads_a_record(handle, offset: int) -> bool:
+    return _claimed_end(handle, offset) is not None
+
+
+def _claimed_end(handle, offset: int) -> int | None:
+    """Where the record that reads at `offset` says its content ends (uncompressed files: its
+    headers' end plus its Content-Length), or None where no record reads: headers without the
+    ones every WARC record has (a `WARC/1.0` line in a page, the page's lines after it read as
+    headers) are none."""
     handle.seek(offset)
+    records = ArchiveIterator(handle, no_record_parse=True)
     try:
-        return next(ArchiveIterator(handle, no_record_parse=True), None) is not None
+        record = next(records, None)
     except Exception:  # whatever a false start raises (zlib, warcio, EOF): no record starts there
-        return False
+        return None
+    if record is None or not all(record.rec_headers.get_header(name) for name in _MANDATORY_HEADERS):
+        return None
+    return handle.tell() - records.reader.rem_length() + record.length
 
 
 class _Stop(NamedTuple):
@@ -265,7 +280,7 @@ class ReadWarcResponsesFn(beam.DoFn):
             elif misplaced_end:
                 # A length too short cuts the record read, one too long takes in the next record.
                 yield reject(STAGE, f"{path}:{record_start}", "read_bad_content_length",
-                             "its Content-Length ends it where no blank line follows, or inside the next record")
+                             "its Content-Length ends it where no blank line follows, or takes in the next record")
             elif body is not None:
                 outcome = self._page_or_rejection(f"{path}:{record_start}", record, body)
                 self.pages += isinstance(outcome, HtmlPage)
@@ -283,15 +298,23 @@ class ReadWarcResponsesFn(beam.DoFn):
 
     @staticmethod
     def _took_in_a_record(handle, record_start: int, records: ArchiveIterator) -> bool:
-        """Whether a record of an uncompressed file holds the start of another, its Content-Length
-        too long: warcio's blank-line check passes when that length ends on a blank line inside
-        the next record, or just before the one after it. (A .warc.gz record ends with its gzip
-        member, so a length too long there reads as a record cut short.)"""
+        """Whether a record of an uncompressed file took in the next one, its Content-Length too
+        long: warcio's blank-line check passes when that length ends on a blank line inside the
+        next record, or just after it. Then a record starts inside this one and claims an end
+        (with its own blank lines) at or past this one's; a `WARC/1.0` line a page merely
+        quotes claims one before it. (A .warc.gz record ends with its gzip member, so a length
+        too long there reads as a record cut short.)"""
         if records.reader.decompressor is not None:
             return False
+        claimed_end = sum(records.member_info)  # (record start, headers and content length)
         reading_at = handle.tell()  # under warcio's buffered reader, which goes on from here
         try:
-            return next_record_start(handle, record_start + 1, records.offset) is not None
+            inside = record_start + 1
+            while (inside := next_record_start(handle, inside, claimed_end)) is not None:
+                if _claimed_end(handle, inside) + len(b"\r\n\r\n") >= claimed_end:
+                    return True
+                inside += 1
+            return False
         finally:
             handle.seek(reading_at)
 

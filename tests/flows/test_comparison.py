@@ -55,7 +55,8 @@ def test_over_all_datasets_each_run_gets_its_mean_em_and_its_difference_from_the
     assert (second["only_this_right"], second["only_baseline_right"]) == (2, 1)
     assert second["p_value"] == mcnemar_exact_p_value(2, 1)
     markdown = comparison_markdown(compare([baseline, other]), [baseline, other])
-    assert "| run | mean EM of ct, nq | difference from baseline [95% CI] | right only here / only in baseline (6 questions) | p |" in markdown
+    assert ("| run | mean EM of ct, nq | difference from baseline [95% CI] | right only here / only in baseline, all 6 "
+            "questions | p (all questions) |") in markdown
     assert "| a | 0.625 | baseline |  |  |" in markdown
     assert f"| b | 0.625 | +0.000 [{second['difference_low']:+.3f}, {second['difference_high']:+.3f}] | 2 / 1 | 1 |" in markdown
 

@@ -195,6 +195,8 @@ def test_reading_goes_on_at_the_next_record_after_damage_and_a_wrong_length_cost
         # Too long, ending on the blank line after the second record's WARC headers: warcio's
         # check passes, and it would emit the first page with part of the second and lose that one.
         "long-to-blank.warc": _with_content_length(plain[0], 4 + plain[1].index(b"\r\n\r\n")) + plain[1] + plain[2],
+        # Too long by the whole second record: warcio reads on at the third, and would lose the second.
+        "long-by-a-record.warc": _with_content_length(plain[0], len(plain[1])) + plain[1] + plain[2],
         # Bytes that are no record between two records.
         "junk.warc": plain[0] + junk + plain[1] + plain[2],
         # A gzip member whose record is shorter than its Content-Length: the next member reads.
@@ -207,18 +209,20 @@ def test_reading_goes_on_at_the_next_record_after_damage_and_a_wrong_length_cost
     pipeline = TestPipeline()
     outputs = pipeline | ReadWarc(str(tmp_path / "*.warc*"))
     later = document("warc", later_url, BRIDGE["title"], BRIDGE["text"], BRIDGE["date"])
-    assert_that(outputs["documents"], equal_to([BRIDGE] + [CAFE, later] * 6), label="Documents")
+    assert_that(outputs["documents"], equal_to([BRIDGE] + [CAFE, later] * 7), label="Documents")
     rows = outputs["dead_letter"] | beam.Map(lambda row: (row["reason"], row["record_key"], row["detail"]))
 
     def check(found):
-        bad_length = "its Content-Length ends it where no blank line follows, or inside the next record"
+        bad_length = "its Content-Length ends it where no blank line follows, or takes in the next record"
         assert sorted((reason, key) for reason, key, _ in found) == sorted([
             ("read_bad_content_length", f"{at['short.warc']}:0"), ("read_bad_content_length", f"{at['long.warc']}:0"),
             ("read_bad_content_length", f"{at['swallow.warc']}:0"), ("read_bad_content_length", f"{at['long-to-blank.warc']}:0"),
+            ("read_bad_content_length", f"{at['long-by-a-record.warc']}:0"),
             ("read_corrupt_warc", f"{at['junk.warc']}:{len(plain[0])}"), ("read_corrupt_warc", f"{at['long.warc.gz']}:0"),
         ])
         details = {key: detail for _, key, detail in found}
-        assert {details[f"{at[name]}:0"] for name in ("short.warc", "long.warc", "swallow.warc", "long-to-blank.warc")} == {bad_length}
+        bad_lengths = ("short.warc", "long.warc", "swallow.warc", "long-to-blank.warc", "long-by-a-record.warc")
+        assert {details[f"{at[name]}:0"] for name in bad_lengths} == {bad_length}
         assert details[f"{at['junk.warc']}:{len(plain[0])}"] == (
             f"ArchiveLoadFailed: Invalid WARC record, first line: not a record; {len(junk)} bytes skipped to the "
             f"next record, at {len(plain[0]) + len(junk)}"
@@ -228,6 +232,24 @@ def test_reading_goes_on_at_the_next_record_after_damage_and_a_wrong_length_cost
         )
 
     assert_that(rows, check, label="DeadLetters")
+    pipeline.run().wait_until_finish()
+
+
+def test_a_page_that_quotes_warc_records_is_read_whole(tmp_path, no_network):
+    """`WARC/1.0` lines inside a page (an article about web archives) start no record: the page
+    and the one after it are read, and nothing is a dead letter."""
+    quoted = ("<pre>\nWARC/1.0\r\nWARC-Type: response\r\nWARC-Record-ID: &lt;urn:uuid:1&gt;\r\n"
+              "WARC-Target-URI: http://example.org/\r\nContent-Length: 10\r\n\r\n0123456789\r\n\r\n</pre>"
+              "<pre>\nWARC/1.0\n</pre>")
+    pages = [("response", BRIDGE_URL, BRIDGE_HTML.replace("</article>", quoted + "</article>").encode()),
+             ("response", CAFE_URL, CAFE_HTML.encode())]
+    (tmp_path / "quoting.warc").write_bytes(b"".join(warc_records(gzip=False, pages=pages)))
+
+    pipeline = TestPipeline()
+    outputs = pipeline | ReadWarc(str(tmp_path / "*.warc"))
+    assert_that(outputs["documents"] | beam.Map(lambda document: document["url"]), equal_to([BRIDGE_URL, CAFE_URL]),
+                label="Documents")
+    assert_that(outputs["dead_letter"], equal_to([]), label="DeadLetters")
     pipeline.run().wait_until_finish()
 
 
