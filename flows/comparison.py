@@ -426,13 +426,17 @@ def seeds_markdown(found: dict[str, list[dict]], systems: list[list[str]]) -> st
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
-        difference = "baseline" if r["difference"] is None else (
-            f"{r['difference']:+.3f} [{r['difference_low']:+.3f}, {r['difference_high']:+.3f}]"
-        )
-        paired, p_value = ("", "") if r["p_value"] is None else _paired_cells(r)
-        lines.append(f"| {', '.join(names[run] for run in r['system'])} | {' / '.join(f'{em:.3f}' for em in r['mean_em_per_seed'])} "
-                     f"| {r['mean_em']:.3f} | {difference} | {paired} | {p_value} |")
+        per_seed = " / ".join(f"{em:.3f}" for em in r["mean_em_per_seed"])
+        lines.append(f"| {', '.join(names[run] for run in r['system'])} | {per_seed} | {_difference_cells(r)} |")
     return "\n".join(lines)
+
+
+def _difference_cells(row: dict) -> str:
+    """Mean EM, its difference from the baseline's with the interval, and the paired test."""
+    if row["difference"] is None:
+        return f"{row['mean_em']:.3f} | baseline |  | "
+    return (f"{row['mean_em']:.3f} | {row['difference']:+.3f} [{row['difference_low']:+.3f}, {row['difference_high']:+.3f}] | "
+            + " | ".join(_paired_cells(row)))
 
 
 def _overall_markdown(rows: list[dict], names: dict[str, str]) -> str:
@@ -442,12 +446,7 @@ def _overall_markdown(rows: list[dict], names: dict[str, str]) -> str:
         f"all {rows[0]['n']} questions | p (all questions) |",
         "|---|---|---|---|---|",
     ]
-    for r in rows:
-        difference = "baseline" if r["difference"] is None else (
-            f"{r['difference']:+.3f} [{r['difference_low']:+.3f}, {r['difference_high']:+.3f}]"
-        )
-        paired, p_value = ("", "") if r["p_value"] is None else _paired_cells(r)
-        lines.append(f"| {names[r['run']]} | {r['mean_em']:.3f} | {difference} | {paired} | {p_value} |")
+    lines += [f"| {names[r['run']]} | {_difference_cells(r)} |" for r in rows]
     return "\n".join(lines)
 
 
