@@ -6,7 +6,10 @@ page is parsed on its own, so a malformed page or one with invalid UTF-8 becomes
 letter and the rest of the file goes on. Only articles are kept: redirects, disambiguation
 pages and other namespaces are skipped and counted (`realm.read/skipped_*`). Articles are then
 spread over the workers for the costly part, `wikitext_to_plain_text`; an article left empty
-by cleaning is still emitted, and the chunk stage rejects it as `chunk_empty_body`.
+by cleaning is still emitted, and the chunk stage rejects it as `chunk_empty_body`. Cleaning
+runs in a child process with a time limit (`realm.pipelines.time_limit`): a page whose markup
+makes the wikitext parser overrun it is a `read_markup_too_slow` dead letter, where it held its
+worker for hours.
 """
 
 from __future__ import annotations
@@ -32,10 +35,14 @@ from realm.pipelines.corpus_files import (
     read_lines,
 )
 from realm.pipelines.dead_letters import DEAD_LETTER, counter, reject
+from realm.pipelines.time_limit import CallTimedOut, TimeLimitedCalls
 
 SOURCE = "wikipedia"
 DEFAULT_ARTICLE_BASE_URL = "https://en.wikipedia.org/wiki/"
 ARTICLE_NAMESPACE = "0"
+# Cleaning enwiki's longest articles takes seconds; a page that needs a minute is pathological
+# markup (a run of thousands of unclosed templates), not prose worth the worker's time.
+CLEANING_TIMEOUT_S = 60.0
 
 # Tags whose content is not running prose: citations, tables, galleries, formulas, code.
 _DROPPED_TAGS = frozenset(
@@ -218,12 +225,13 @@ def skip_reason(page: Page) -> str | None:
     return None
 
 
-def page_to_document(page: Page, base_url: str = DEFAULT_ARTICLE_BASE_URL) -> dict:
+def page_to_document(page: Page, base_url: str, text: str) -> dict:
+    """The document of an article whose wikitext cleaned to `text`."""
     return {
         "doc_id": f"{SOURCE}:{page.page_id}",
         "source": SOURCE,
         "title": page.title,
-        "text": wikitext_to_plain_text(page.wikitext),
+        "text": text,
         "url": article_url(base_url, page.title),
         "date": page.timestamp,
     }
@@ -237,7 +245,8 @@ def _strip_namespaces(element: ET.Element) -> ET.Element:
 
 
 class ReadWikipediaPagesFn(beam.DoFn):
-    """One dump file -> `(article Page, base URL)`; bad pages and a damaged stream -> dead letters.
+    """One dump file -> `(article Page, base URL, record key)`; bad pages and a damaged stream ->
+    dead letters.
 
     Only XML parsing happens here; the costly wikitext cleaning runs after a reshuffle, so
     a single-file dump is cleaned by every worker rather than by the one reading it.
@@ -267,7 +276,7 @@ class ReadWikipediaPagesFn(beam.DoFn):
                     outcome = self._article_or_rejection(record_key, chunk)
                     if isinstance(outcome, Page):
                         articles += 1
-                        yield outcome, base_url
+                        yield outcome, base_url, record_key
                     elif outcome is not None:
                         yield outcome
         except CorruptFileError as error:
@@ -295,12 +304,36 @@ class ReadWikipediaPagesFn(beam.DoFn):
         return page
 
 
+class CleanWikitextFn(beam.DoFn):
+    """`(article Page, base URL, record key)` -> its document, the wikitext cleaned in a child
+    process; a page whose cleaning overruns `timeout_s` -> a `read_markup_too_slow` dead letter."""
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+
+    def setup(self):
+        self.clean = TimeLimitedCalls(wikitext_to_plain_text, self.timeout_s)
+
+    def process(self, element):
+        page, base_url, record_key = element
+        try:
+            text = self.clean(page.wikitext)
+        except CallTimedOut as error:
+            yield reject(STAGE, record_key, "read_markup_too_slow", f"{page.title}: {error}", page.wikitext)
+            return
+        yield page_to_document(page, base_url, text)
+
+    def teardown(self):
+        self.clean.close()
+
+
 class ReadWikipediaXml(beam.PTransform):
     """Read MediaWiki XML dumps matching `file_pattern` into `{"documents", "dead_letter"}`."""
 
-    def __init__(self, file_pattern: str):
+    def __init__(self, file_pattern: str, cleaning_timeout_s: float = CLEANING_TIMEOUT_S):
         super().__init__()
         self.file_pattern = file_pattern
+        self.cleaning_timeout_s = cleaning_timeout_s
 
     def expand(self, pbegin):
         pages = (
@@ -308,9 +341,10 @@ class ReadWikipediaXml(beam.PTransform):
             | "Files" >> MatchCorpusFiles(self.file_pattern)
             | "SplitPages" >> beam.ParDo(ReadWikipediaPagesFn()).with_outputs(DEAD_LETTER, main="articles")
         )
-        documents = (
+        cleaned = (
             pages.articles
             | "SpreadArticles" >> beam.Reshuffle()
-            | "CleanWikitext" >> beam.MapTuple(page_to_document)
+            | "CleanWikitext" >> beam.ParDo(CleanWikitextFn(self.cleaning_timeout_s)).with_outputs(DEAD_LETTER, main="documents")
         )
-        return {"documents": documents, "dead_letter": pages[DEAD_LETTER]}
+        dead_letters = (pages[DEAD_LETTER], cleaned[DEAD_LETTER]) | "DeadLetters" >> beam.Flatten()
+        return {"documents": cleaned.documents, "dead_letter": dead_letters}

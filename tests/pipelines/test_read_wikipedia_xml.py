@@ -23,6 +23,7 @@ from tests.pipelines.wikipedia_fixture import (
     PARIS_WIKITEXT,
     UNDECODABLE_PAGE,
     dump_bytes,
+    page,
 )
 
 def line_of(dump: bytes, marker: bytes) -> int:
@@ -186,3 +187,22 @@ def test_dump_without_siteinfo_links_articles_to_english_wikipedia(tmp_path):
             outputs["documents"] | beam.Map(lambda doc: doc["url"]),
             equal_to(["https://en.wikipedia.org/wiki/Lyon"]),
         )
+
+
+def test_a_page_whose_markup_makes_cleaning_overrun_its_time_is_a_dead_letter_and_the_rest_are_read(tmp_path):
+    """20,000 unclosed templates would hold mwparserfromhell for minutes (quadratic tokenizer);
+    with a 3-second limit the page is one dead letter, and the page after it is read."""
+    stuck = page(30, "Stuck", "{{a|" * 20_000 + "text")
+    dump = dump_bytes([stuck, ARTICLES[-1]])
+    path = tmp_path / "pages.xml"
+    path.write_bytes(dump)
+    pipeline = TestPipeline()
+    outputs = pipeline | ReadWikipediaXml(str(path), cleaning_timeout_s=3)
+    assert_that(outputs["documents"], equal_to([LYON]), label="Documents")
+    assert_that(
+        outputs["dead_letter"] | beam.Map(lambda row: (row["reason"], row["record_key"], row["detail"])),
+        equal_to([("read_markup_too_slow", f"{path}:{line_of(dump, b'<title>Stuck')}",
+                   "Stuck: wikitext_to_plain_text ran past 3 s")]),
+        label="DeadLetters",
+    )
+    pipeline.run().wait_until_finish()
