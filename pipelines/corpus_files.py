@@ -69,19 +69,6 @@ def optional_str(record: dict, *names: str) -> str | None:
     return value
 
 
-def plain_paragraphs(text: str, title: str = "") -> str:
-    """`text` as the documents contract wants it: stripped paragraphs joined by single "\\n".
-
-    A first line equal to `title` is dropped: extractors repeat the title as the first
-    paragraph, and the chunker already puts the title in front of every block.
-    """
-    paragraphs = [" ".join(line.split()) for line in text.splitlines()]
-    paragraphs = [paragraph for paragraph in paragraphs if paragraph]
-    if paragraphs and title and paragraphs[0] == " ".join(title.split()):
-        paragraphs = paragraphs[1:]
-    return "\n".join(paragraphs)
-
-
 @contextlib.contextmanager
 def open_decompressed(readable: fileio.ReadableFile) -> Iterator[BinaryIO]:
     """The file's bytes, decompressed by the standard library when its name ends in .bz2 or .gz."""

@@ -41,10 +41,10 @@ from realm.pipelines.corpus_files import (
     MatchCorpusFiles,
     ReadJsonLines,
     optional_str,
-    plain_paragraphs,
     required_str,
 )
 from realm.pipelines.dead_letters import DEAD_LETTER, counter, reject
+from realm.pipelines.paragraphs import plain_paragraphs
 
 CCNEWS_SOURCE = "ccnews"
 WARC_SOURCE = "warc"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import apache_beam as beam
 
-from realm.pipelines.corpus_files import plain_paragraphs
+from realm.pipelines.paragraphs import plain_paragraphs
 from realm.pipelines.read_wikipedia_xml import DEFAULT_ARTICLE_BASE_URL, article_url
 
 SOURCE = "vital"

@@ -11,7 +11,8 @@ import html
 
 import apache_beam as beam
 
-from realm.pipelines.corpus_files import ReadJsonLines, plain_paragraphs, required_str
+from realm.pipelines.corpus_files import ReadJsonLines, required_str
+from realm.pipelines.paragraphs import plain_paragraphs
 
 SOURCE = "wikiextractor"
 

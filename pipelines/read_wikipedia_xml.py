@@ -9,7 +9,8 @@ spread over the workers for the costly part, `wikitext_to_plain_text`; an articl
 by cleaning is still emitted, and the chunk stage rejects it as `chunk_empty_body`. Cleaning
 runs in a child process with a time limit (`realm.pipelines.time_limit`): a page whose markup
 makes the wikitext parser overrun it is a `read_markup_too_slow` dead letter, where it held its
-worker for hours.
+worker for hours, and one the parser fails on a `read_markup_unparsable` one, where it failed
+the pipeline.
 """
 
 from __future__ import annotations
@@ -22,20 +23,17 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import apache_beam as beam
-import mwparserfromhell
 from apache_beam.io import fileio
-from mwparserfromhell.nodes import ExternalLink, Heading, HTMLEntity, Tag, Text, Wikilink
-from mwparserfromhell.wikicode import Wikicode
 
 from realm.pipelines.corpus_files import (
     STAGE,
     CorruptFileError,
     MatchCorpusFiles,
-    plain_paragraphs,
     read_lines,
 )
 from realm.pipelines.dead_letters import DEAD_LETTER, counter, reject
-from realm.pipelines.time_limit import CallTimedOut, TimeLimitedCalls
+from realm.pipelines.time_limit import CallFailed, CallTimedOut, TimeLimitedCalls
+from realm.pipelines.wikitext import wikitext_to_plain_text
 
 SOURCE = "wikipedia"
 DEFAULT_ARTICLE_BASE_URL = "https://en.wikipedia.org/wiki/"
@@ -44,93 +42,12 @@ ARTICLE_NAMESPACE = "0"
 # markup (a run of thousands of unclosed templates), not prose worth the worker's time.
 CLEANING_TIMEOUT_S = 60.0
 
-# Tags whose content is not running prose: citations, tables, galleries, formulas, code.
-_DROPPED_TAGS = frozenset(
-    "ref references table gallery imagemap timeline graph math chem ce score hiero syntaxhighlight"
-    " source pre templatedata templatestyles mapframe maplink inputbox categorytree noinclude".split()
-)
-# Wikilinks to these namespaces render as media or page metadata, not as words in the text.
-_HIDDEN_LINK_NAMESPACES = frozenset({"file", "image", "category"})
-# Interlanguage links ([[fr:Paris]], [[zh-min-nan:Paris]]) are language codes before the colon.
-_LANGUAGE_PREFIX = re.compile(r"^(?:[a-z]{2,3}(?:-[a-z]+)*|simple)$")
-# Appendix sections hold citations and link lists, which make poor evidence blocks.
-_APPENDIX_HEADING = re.compile(
-    r"^\s*(?:see also|references|external links|further reading|notes|notes and references|"
-    r"footnotes|citations|sources|bibliography)\s*$",
-    re.IGNORECASE,
-)
-_BEHAVIOUR_SWITCH = re.compile(r"__[A-Z]+__")
-# What template removal leaves of a pronunciation in a lead: "Paris ({{IPA|..}}; {{IPA|..}}) is".
-_EMPTY_PARENTHESES = re.compile(r"\s*\(\s*[;,\s]*\)")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-# ... and of a citation template before a full stop; ".NET" keeps its space.
-_SPACE_BEFORE_PUNCTUATION = re.compile(r" +([,.;:])(?=\s|$)")
-
 # Templates marking a disambiguation or set-index page (first letter case-insensitive, as in MediaWiki).
 _DISAMBIGUATION_TEMPLATE = re.compile(
     r"\{\{\s*(?:[^{}|]*[ _]disambiguation|disambiguation|disambig|disamb|dab|hndis|geodis|numberdis|"
     r"set[ _]index[ _]article|sia|shipindex|mountainindex|roadindex|surname|given[ _]name)\s*[|}]",
     re.IGNORECASE,
 )
-
-
-def wikitext_to_plain_text(wikitext: str) -> str:
-    """Plain text of an article's wikitext, paragraphs separated by "\\n".
-
-    Templates, comments, references, tables and other non-prose tags, file/category and
-    interlanguage links, and the appendix sections (See also, References, External links, ...)
-    are dropped; links keep their visible text. Section headings are kept as a line of their
-    own, without the `==` markup: a heading is the topic of the paragraphs below it ("Early
-    life", "Geography"), which helps both retrieval and salient-span masking.
-    """
-    code = mwparserfromhell.parse(wikitext)
-    for section in code.get_sections(levels=[2], matches=_is_appendix_heading):
-        code.remove(section)
-    text = _BEHAVIOUR_SWITCH.sub("", _visible_text(code))
-    text = _SPACE_BEFORE_PUNCTUATION.sub(r"\1", _EMPTY_PARENTHESES.sub("", text))
-    return plain_paragraphs(text)
-
-
-def _is_appendix_heading(heading) -> bool:
-    return bool(_APPENDIX_HEADING.match(str(heading)))
-
-
-def _visible_text(code: Wikicode) -> str:
-    parts = []
-    for node in code.nodes:
-        if isinstance(node, Text):
-            parts.append(node.value)
-        elif isinstance(node, HTMLEntity):
-            # A numeric reference to half a UTF-16 pair (`&#xD800;`) is U+FFFD, as HTML renders
-            # it: a lone surrogate cannot be encoded, and would stop the pipeline where written.
-            parts.append(_LONE_SURROGATE.sub("\ufffd", node.normalize()))
-        elif isinstance(node, Wikilink):
-            if not _is_hidden_link(str(node.title)):
-                label = node.text if node.text is not None else node.title
-                parts.append(_visible_text(label).lstrip(":"))
-        elif isinstance(node, ExternalLink):
-            if node.title is not None:
-                parts.append(_visible_text(node.title))
-            elif not node.brackets:
-                parts.append(str(node.url))
-        elif isinstance(node, Heading):
-            parts.append(f"\n{_visible_text(node.title)}\n")
-        elif isinstance(node, Tag):
-            tag = str(node.tag).strip().lower()
-            if tag == "br":
-                parts.append("\n")
-            elif tag not in _DROPPED_TAGS and node.contents is not None:
-                parts.append(_visible_text(node.contents))
-        # Templates, template arguments and comments render nothing without template expansion.
-    return "".join(parts)
-
-
-def _is_hidden_link(title: str) -> bool:
-    title = title.strip()
-    if title.startswith(":") or ":" not in title:  # a leading colon makes any link visible
-        return False
-    prefix = title.split(":", 1)[0].strip()
-    return prefix.lower() in _HIDDEN_LINK_NAMESPACES or bool(_LANGUAGE_PREFIX.match(prefix))
 
 
 class MalformedPageError(ValueError):
@@ -306,7 +223,8 @@ class ReadWikipediaPagesFn(beam.DoFn):
 
 class CleanWikitextFn(beam.DoFn):
     """`(article Page, base URL, record key)` -> its document, the wikitext cleaned in a child
-    process; a page whose cleaning overruns `timeout_s` -> a `read_markup_too_slow` dead letter."""
+    process; a page whose cleaning overruns `timeout_s` -> a `read_markup_too_slow` dead letter,
+    one whose cleaning raises (or kills the child) -> `read_markup_unparsable`."""
 
     def __init__(self, timeout_s: float):
         self.timeout_s = timeout_s
@@ -318,13 +236,16 @@ class CleanWikitextFn(beam.DoFn):
         page, base_url, record_key = element
         try:
             text = self.clean(page.wikitext)
-        except CallTimedOut as error:
-            yield reject(STAGE, record_key, "read_markup_too_slow", f"{page.title}: {error}", page.wikitext)
+        except (CallTimedOut, CallFailed) as error:
+            reason = "read_markup_too_slow" if isinstance(error, CallTimedOut) else "read_markup_unparsable"
+            yield reject(STAGE, record_key, reason, f"{page.title} ({len(page.wikitext):,} characters): {error}",
+                         page.wikitext)
             return
         yield page_to_document(page, base_url, text)
 
     def teardown(self):
-        self.clean.close()
+        if (clean := getattr(self, "clean", None)) is not None:  # None when setup failed
+            clean.close()
 
 
 class ReadWikipediaXml(beam.PTransform):

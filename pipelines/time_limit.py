@@ -2,51 +2,100 @@
 
 Some C code cannot be interrupted from Python: mwparserfromhell's tokenizer runs in time
 quadratic in a run of unclosed markup (earwig/mwparserfromhell#364: 2,000 unclosed `{{a|`
-take 2.4 s on this CPU, and the time grows with the square of the run), and a Beam DoFn runs
-off the main thread, where `signal.alarm` cannot reach. One such page would hold a worker for
-hours. Here the call runs in a child process kept for the next calls, and a call that overruns
-kills it; the next call starts a new one.
+took 1 to 2.4 s on the project's CPU, and the time grows with the square of the run), and a
+Python signal handler only runs once the C call returns. One such page would hold a worker for
+hours. Here each call runs in a child process kept for the next calls; a call that overruns
+kills it, and the next call starts another. A child whose parent was killed (SIGKILL: nothing
+left to kill it) ends at its next read of the pipe, or by its own alarm a few seconds after the
+call's time, so no child outlives its call's limit by much.
 """
 
 from __future__ import annotations
 
-import importlib
 import multiprocessing
+import signal
 from collections.abc import Callable
+from multiprocessing.connection import Connection, wait
+
+# How long a child may take to start (its imports): longer, and it is taken for one that cannot.
+START_TIMEOUT_S = 120.0
+# The child's own alarm goes off this long after the parent's limit, so the parent, when alive,
+# is the one that ends an overrunning call (and says so).
+ALARM_GRACE_S = 5.0
 
 
 class CallTimedOut(Exception):
     """A call overran its time; the child process running it was killed."""
 
 
+class CallFailed(Exception):
+    """A call raised in the child (its type and message), or the child ended without an answer."""
+
+
 class TimeLimitedCalls:
     """`fn(*args)` in a child process (spawned: forking a threaded Beam worker is unsafe),
-    raising `CallTimedOut` after `timeout_s`. The child's start-up is not counted against a
-    call. `close` ends the child."""
+    raising `CallTimedOut` after `timeout_s` and `CallFailed` for an error in the call or a child
+    that died. The child's start-up is not counted against a call. `close` ends the child."""
 
     def __init__(self, fn: Callable, timeout_s: float):
         self.fn, self.timeout_s = fn, timeout_s
-        self._pool = None
+        self._process = self._connection = None
 
     def __call__(self, *args):
-        pool = self._pool or self._start()
-        try:
-            return pool.apply_async(self.fn, args).get(self.timeout_s)
-        except multiprocessing.TimeoutError:
+        connection = self._connection or self._start()
+        connection.send(args)
+        if not wait([connection, self._process.sentinel], self.timeout_s):
             self.close()
-            raise CallTimedOut(f"{self.fn.__name__} ran past {self.timeout_s:g} s") from None
+            raise CallTimedOut(f"{self.fn.__name__} ran past {self.timeout_s:g} s")
+        return self._answer()
 
-    def _start(self):
-        self._pool = multiprocessing.get_context("spawn").Pool(1)
-        self._pool.apply(_import, (self.fn.__module__,))  # its imports take seconds, not the first call's time
-        return self._pool
+    def _start(self) -> Connection:
+        context = multiprocessing.get_context("spawn")
+        self._connection, child_end = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child_end, self.fn, self.timeout_s + ALARM_GRACE_S),
+                                         daemon=True)
+        self._process.start()
+        child_end.close()
+        if not wait([self._connection, self._process.sentinel], START_TIMEOUT_S):
+            self.close()
+            raise CallFailed(f"the process for {self.fn.__name__} did not start within {START_TIMEOUT_S:g} s")
+        self._answer()  # its "ready"
+        return self._connection
+
+    def _answer(self):
+        try:
+            failed, value = self._connection.recv()
+        except (EOFError, OSError):  # the child ended: its end of the pipe closed unanswered
+            self._process.join(1)
+            exit_code = self._process.exitcode
+            self.close()
+            raise CallFailed(f"the process running {self.fn.__name__} ended (exit code {exit_code})") from None
+        if failed:
+            raise CallFailed(value)
+        return value
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
-            self._pool = None
+        if self._process is not None:
+            self._process.kill()
+            self._process.join()
+            self._connection.close()
+            self._process = self._connection = None
 
 
-def _import(module: str) -> None:
-    importlib.import_module(module)
+def _serve(connection: Connection, fn: Callable, alarm_s: float) -> None:
+    """The child: answer `(failed, result or "Type: message")` to each call until the pipe closes."""
+    connection.send((False, None))
+    while True:
+        try:
+            args = connection.recv()
+        except EOFError:  # the parent closed its end, or ended
+            return
+        # SIGALRM's default action ends the process even inside C code.
+        signal.setitimer(signal.ITIMER_REAL, alarm_s)
+        try:
+            answer = (False, fn(*args))
+        except Exception as error:  # sent as text: not every exception rebuilds in the parent
+            answer = (True, f"{type(error).__name__}: {' '.join(str(error).split())}")
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        connection.send(answer)

@@ -1,8 +1,31 @@
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from realm.pipelines.time_limit import CallTimedOut, TimeLimitedCalls
+from realm.pipelines.time_limit import ALARM_GRACE_S, CallFailed, CallTimedOut, TimeLimitedCalls
+from realm.schemas.leftovers import process_running
+
+
+def _exit_now(code: int) -> None:
+    os._exit(code)
+
+
+def _sleep_after_writing_pid(path: str, seconds: float) -> None:
+    Path(path).write_text(str(os.getpid()))
+    time.sleep(seconds)
+
+
+class _TwoArgumentError(Exception):
+    def __init__(self, a, b):  # pickles with one argument, so it cannot be rebuilt in the parent
+        super().__init__(f"{a} and {b}")
+
+
+def _raise_two_argument_error() -> None:
+    raise _TwoArgumentError("this", "that")
 
 
 def test_calls_return_their_results_and_one_that_overruns_is_killed_while_the_next_one_runs():
@@ -18,11 +41,47 @@ def test_calls_return_their_results_and_one_that_overruns_is_killed_while_the_ne
         calls.close()
 
 
-def test_an_error_in_the_call_reaches_the_caller():
-    calls = TimeLimitedCalls(int, timeout_s=30)
+def test_an_error_in_the_call_or_a_child_that_dies_is_a_call_failed_at_once_and_the_next_call_runs():
+    calls = TimeLimitedCalls(int, timeout_s=60)
     try:
         assert calls("7") == 7
-        with pytest.raises(ValueError, match="invalid literal"):
+        with pytest.raises(CallFailed, match="^ValueError: invalid literal for int"):
             calls("seven")
+        assert calls("8") == 8
     finally:
         calls.close()
+    dying = TimeLimitedCalls(_exit_now, timeout_s=60)
+    raising = TimeLimitedCalls(_raise_two_argument_error, timeout_s=60)
+    try:
+        started = time.monotonic()
+        with pytest.raises(CallFailed, match=r"^the process running _exit_now ended \(exit code 3\)$"):
+            dying(3)
+        assert time.monotonic() - started < 30  # not the 60 s limit
+        with pytest.raises(CallFailed, match="^_TwoArgumentError: this and that$"):
+            raising()
+    finally:
+        dying.close()
+        raising.close()
+
+
+def test_a_child_whose_parent_is_killed_mid_call_ends_by_its_own_alarm(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import sys; sys.path[:0] = %r\n"
+        "from realm.pipelines.time_limit import TimeLimitedCalls\n"
+        "from tests.pipelines.test_time_limit import _sleep_after_writing_pid\n"
+        "TimeLimitedCalls(_sleep_after_writing_pid, timeout_s=1)(%r, 600)\n"
+    ) % (sys.path, str(pid_file))])
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.is_file() or not pid_file.read_text():
+            assert time.monotonic() < deadline and parent.poll() is None, "the child never started its call"
+            time.sleep(0.02)
+    finally:
+        parent.kill()  # before its 1 s limit: no one left to kill the child
+        parent.wait()
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 1 + ALARM_GRACE_S + 20
+    while process_running(child):
+        assert time.monotonic() < deadline, "the child outlived its call's limit"
+        time.sleep(0.1)
