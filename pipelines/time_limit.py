@@ -1,4 +1,4 @@
-"""Calls run in a child process that is killed when one overruns its time.
+"""Calls run in a child process that is killed when one overruns its time (POSIX).
 
 Some C code cannot be interrupted from Python: mwparserfromhell's tokenizer runs in time
 quadratic in a run of unclosed markup (earwig/mwparserfromhell#364: 2,000 unclosed `{{a|`
@@ -32,6 +32,10 @@ class CallFailed(Exception):
     """A call raised in the child (its type and message), or the child ended without an answer."""
 
 
+class ChildStartFailed(RuntimeError):
+    """The child process could not start: no call can run, whatever its arguments."""
+
+
 class TimeLimitedCalls:
     """`fn(*args)` in a child process (spawned: forking a threaded Beam worker is unsafe),
     raising `CallTimedOut` after `timeout_s` and `CallFailed` for an error in the call or a child
@@ -39,15 +43,27 @@ class TimeLimitedCalls:
 
     def __init__(self, fn: Callable, timeout_s: float):
         self.fn, self.timeout_s = fn, timeout_s
+        self.name = getattr(fn, "__name__", repr(fn))
         self._process = self._connection = None
 
     def __call__(self, *args):
+        if self._process is not None and not self._process.is_alive():
+            self.close()  # it died between calls (the OOM killer's pick after a large page): start another
         connection = self._connection or self._start()
-        connection.send(args)
-        if not wait([connection, self._process.sentinel], self.timeout_s):
+        try:
+            connection.send(args)
+            if not wait([connection, self._process.sentinel], self.timeout_s):
+                self.close()
+                raise CallTimedOut(f"{self.name} ran past {self.timeout_s:g} s")
+            return self._answer()
+        except (CallTimedOut, CallFailed):
+            raise
+        except OSError as error:  # the pipe broke: the child died as the call was sent
             self.close()
-            raise CallTimedOut(f"{self.fn.__name__} ran past {self.timeout_s:g} s")
-        return self._answer()
+            raise CallFailed(f"the process running {self.name} ended: {error}") from None
+        except BaseException:  # interrupted mid-call: its answer would be read as the next call's
+            self.close()
+            raise
 
     def _start(self) -> Connection:
         context = multiprocessing.get_context("spawn")
@@ -58,8 +74,11 @@ class TimeLimitedCalls:
         child_end.close()
         if not wait([self._connection, self._process.sentinel], START_TIMEOUT_S):
             self.close()
-            raise CallFailed(f"the process for {self.fn.__name__} did not start within {START_TIMEOUT_S:g} s")
-        self._answer()  # its "ready"
+            raise ChildStartFailed(f"the process for {self.name} did not start within {START_TIMEOUT_S:g} s")
+        try:
+            self._answer()  # its "ready"
+        except CallFailed as failure:
+            raise ChildStartFailed(f"the process for {self.name} could not start: {failure}") from None
         return self._connection
 
     def _answer(self):
@@ -69,7 +88,7 @@ class TimeLimitedCalls:
             self._process.join(1)
             exit_code = self._process.exitcode
             self.close()
-            raise CallFailed(f"the process running {self.fn.__name__} ended (exit code {exit_code})") from None
+            raise CallFailed(f"the process running {self.name} ended (exit code {exit_code})") from None
         if failed:
             raise CallFailed(value)
         return value
@@ -84,6 +103,10 @@ class TimeLimitedCalls:
 
 def _serve(connection: Connection, fn: Callable, alarm_s: float) -> None:
     """The child: answer `(failed, result or "Type: message")` to each call until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes the child
+    # An ignored or blocked SIGALRM survives exec; the alarm below must end the process.
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
     connection.send((False, None))
     while True:
         try:
@@ -94,7 +117,7 @@ def _serve(connection: Connection, fn: Callable, alarm_s: float) -> None:
         signal.setitimer(signal.ITIMER_REAL, alarm_s)
         try:
             answer = (False, fn(*args))
-        except Exception as error:  # sent as text: not every exception rebuilds in the parent
+        except BaseException as error:  # sent as text: not every exception rebuilds in the parent
             answer = (True, f"{type(error).__name__}: {' '.join(str(error).split())}")
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)

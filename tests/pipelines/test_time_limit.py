@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from realm.pipelines.time_limit import ALARM_GRACE_S, CallFailed, CallTimedOut, TimeLimitedCalls
+from realm.pipelines.time_limit import ALARM_GRACE_S, CallFailed, CallTimedOut, ChildStartFailed, TimeLimitedCalls
 from realm.schemas.leftovers import process_running
 
 
@@ -70,7 +70,7 @@ def test_a_child_whose_parent_is_killed_mid_call_ends_by_its_own_alarm(tmp_path)
         "import sys; sys.path[:0] = %r\n"
         "from realm.pipelines.time_limit import TimeLimitedCalls\n"
         "from tests.pipelines.test_time_limit import _sleep_after_writing_pid\n"
-        "TimeLimitedCalls(_sleep_after_writing_pid, timeout_s=1)(%r, 600)\n"
+        "TimeLimitedCalls(_sleep_after_writing_pid, timeout_s=5)(%r, 600)\n"
     ) % (sys.path, str(pid_file))])
     try:
         deadline = time.monotonic() + 60
@@ -78,10 +78,40 @@ def test_a_child_whose_parent_is_killed_mid_call_ends_by_its_own_alarm(tmp_path)
             assert time.monotonic() < deadline and parent.poll() is None, "the child never started its call"
             time.sleep(0.02)
     finally:
-        parent.kill()  # before its 1 s limit: no one left to kill the child
+        parent.kill()  # before its 5 s limit: no one left to kill the child
         parent.wait()
     child = int(pid_file.read_text())
-    deadline = time.monotonic() + 1 + ALARM_GRACE_S + 20
+    assert process_running(child)  # the parent did not end it first
+    deadline = time.monotonic() + 5 + ALARM_GRACE_S + 20
     while process_running(child):
         assert time.monotonic() < deadline, "the child outlived its call's limit"
         time.sleep(0.1)
+
+
+def test_a_child_that_died_between_calls_is_replaced_and_one_that_cannot_start_is_an_error(tmp_path, monkeypatch):
+    calls = TimeLimitedCalls(os.getpid, timeout_s=60)
+    try:
+        first = calls()
+        os.kill(first, 9)  # as the OOM killer would, while it waits for the next page
+        time.sleep(0.5)
+        assert calls() not in (first, None)
+    finally:
+        calls.close()
+    # A function the child cannot import (its module gone since the parent imported it).
+    (tmp_path / "vanishing.py").write_text("def double(x):\n    return 2 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from vanishing import double
+
+    (tmp_path / "vanishing.py").unlink()
+    unstartable = TimeLimitedCalls(double, timeout_s=60)
+    with pytest.raises(ChildStartFailed, match=r"^the process for double could not start: .*exit code 1"):
+        unstartable(2)
+
+
+def test_a_call_that_exits_or_is_interrupted_in_the_child_is_a_call_failed_naming_it():
+    calls = TimeLimitedCalls(sys.exit, timeout_s=60)
+    try:
+        with pytest.raises(CallFailed, match="^SystemExit: 3$"):
+            calls(3)
+    finally:
+        calls.close()
