@@ -358,6 +358,8 @@ def _compare(args: argparse.Namespace, extra: list[str]) -> int:
     from realm.schemas import ArtifactError
 
     systems = [system.split(",") for system in args.runs]
+    if any("" in runs for runs in systems):
+        raise SystemExit(f"realm compare: an empty run name in {' '.join(args.runs)!r} (a stray comma?)")
     seeded = any(len(runs) > 1 for runs in systems)
     try:
         found = compare_seeds(systems) if seeded else compare(args.runs)
@@ -442,9 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
         "against (exact McNemar test on the questions, or masked spans, one gets right and the other wrong). For masked "
         "spans it also shows where p(z|x) ranked the retrieved blocks holding each span, and what the marginal made of the "
         "spans only such a block's reading gets right. Systems trained on several seeds are named as their runs joined "
-        "by commas (runs/orqa,runs/orqa_s1 runs/realm,runs/realm_s1), paired seed by seed: their mean EM over the "
-        "seeds, its difference from the first system's with a bootstrap 95%% interval over the questions, and the "
-        "McNemar test summed over the seed pairs.",
+        "by commas (runs/orqa,runs/orqa_s1 runs/realm,runs/realm_s1; so a run's path cannot hold one), paired seed by "
+        "seed in the order given: their mean EM over the seeds, its difference from the first system's with a "
+        "bootstrap 95%% interval over the questions, and a sign-flip test of it on each question's seed-averaged outcomes.",
     )
     compare.add_argument("runs", nargs="+", help="run roots, baseline first (a system's seeds: runs joined by commas)")
     compare.add_argument("--json", action="store_true",

@@ -108,28 +108,30 @@ def compare(run_roots: list[str]) -> dict[str, list[dict]]:
         lacking = next((root for root, p, m in zip(run_roots, predictions, masked_spans) if not p and not m), None)
         raise FileNotFoundError(
             f"{_no_predictions(lacking)} and no masked_spans/ (pre-training writes them)"
-            if lacking else f"the runs {run_roots} share no kind of result: some have only predictions, some only masked_spans"
+            if lacking is not None else f"the runs {run_roots} share no kind of result: some have only predictions, some only masked_spans"
         )
     return found
 
 
 def compare_seeds(systems: list[list[str]]) -> dict[str, list[dict]]:
-    """{"over_seeds": a row per system}: each system's runs are its seeds, paired seed by seed
-    with the first system's (every system has as many). A row: {system (its runs), datasets, n
-    (questions per seed), mean_em_per_seed, mean_em (over seeds), difference (from the first
-    system's mean_em), difference_low, difference_high (a paired bootstrap 95% interval:
-    questions resampled within each dataset, the same resample for every seed of both, so the
-    spread of questions is counted and not only that of seeds), only_this_right,
-    only_baseline_right, p_value (the exact McNemar test on the discordant questions summed
-    over the seed pairs, a question counting once per pair)}, the last six None for the first."""
-    from realm.model.qa.paired_stats import mcnemar_exact_p_value, paired_difference_interval
+    """{"over_seeds": a row per system}: each system's runs are its seeds, paired in the order
+    given with the first system's (every system has as many). A row: {system (its runs),
+    datasets, n (questions per seed), mean_em_per_seed, mean_em (over seeds), difference (from
+    the first system's mean_em), difference_low, difference_high (a paired bootstrap 95%
+    interval, questions resampled within each dataset, the same resample for every seed of both:
+    the spread of questions for these seeds; the spread between trained seeds is not in it),
+    only_this_right, only_baseline_right (discordant questions summed over the seed pairs, a
+    question once per pair: a description, not a test), p_value (the sign-flip test of the
+    difference, on each question's seed-averaged outcomes: a question counts once, however
+    many seeds agree on it)}, the last six None for the first."""
+    from realm.model.qa.paired_stats import paired_difference_interval, paired_sign_flip_p_value
     from realm.schemas import PREDICTIONS
 
     if any(len(runs) != len(systems[0]) for runs in systems):
         raise ValueError(f"every system needs as many seeds as the first ({len(systems[0])}), paired in order: {systems}")
     run_roots = [run for runs in systems for run in runs]
     tables = [_results(layout.predictions, PREDICTIONS) for layout in _layouts(run_roots)]
-    if lacking := next((root for root, table in zip(run_roots, tables) if not table), None):
+    if (lacking := next((root for root, table in zip(run_roots, tables) if not table), None)) is not None:
         raise FileNotFoundError(_no_predictions(lacking))
     datasets, outcomes = _question_outcomes(run_roots, tables)
 
@@ -140,23 +142,23 @@ def compare_seeds(systems: list[list[str]]) -> dict[str, list[dict]]:
     baseline = systems[0]
     rows = []
     for i, runs in enumerate(systems):
-        is_baseline = i == 0
         per_seed = [_mean_em(outcomes[run], datasets) for run in runs]
-        difference, low, high = (None, None, None) if is_baseline else paired_difference_interval(
-            [(over_seeds(runs, dataset), over_seeds(baseline, dataset)) for dataset in datasets]
-        )
-        only_this = only_baseline = 0
-        for run, baseline_run in zip(runs, baseline):
-            paired = _paired([x for d in datasets for x in outcomes[run][d]],
-                             [x for d in datasets for x in outcomes[baseline_run][d]], False)
-            only_this, only_baseline = only_this + paired["only_this_right"], only_baseline + paired["only_baseline_right"]
+        row = {"system": runs, "datasets": datasets, "n": sum(len(outcomes[runs[0]][d]) for d in datasets),
+               "mean_em_per_seed": per_seed, "mean_em": sum(per_seed) / len(per_seed)}
+        if i == 0:
+            rows.append({**row, **dict.fromkeys(
+                ("difference", "difference_low", "difference_high", "only_this_right", "only_baseline_right", "p_value"))})
+            continue
+        pairs = [(over_seeds(runs, dataset), over_seeds(baseline, dataset)) for dataset in datasets]
+        difference, low, high = paired_difference_interval(pairs)
+        discordant = [_paired([x for d in datasets for x in outcomes[run][d]],
+                              [x for d in datasets for x in outcomes[baseline_run][d]], False)
+                      for run, baseline_run in zip(runs, baseline)]
         rows.append({
-            "system": runs, "datasets": datasets, "n": sum(len(outcomes[runs[0]][d]) for d in datasets),
-            "mean_em_per_seed": per_seed, "mean_em": sum(per_seed) / len(per_seed),
-            "difference": difference, "difference_low": low, "difference_high": high,
-            **({"only_this_right": None, "only_baseline_right": None, "p_value": None} if is_baseline else
-               {"only_this_right": only_this, "only_baseline_right": only_baseline,
-                "p_value": mcnemar_exact_p_value(only_this, only_baseline)}),
+            **row, "difference": difference, "difference_low": low, "difference_high": high,
+            "only_this_right": sum(pair["only_this_right"] for pair in discordant),
+            "only_baseline_right": sum(pair["only_baseline_right"] for pair in discordant),
+            "p_value": paired_sign_flip_p_value(pairs),
         })
     return {"over_seeds": rows}
 
@@ -422,7 +424,7 @@ def seeds_markdown(found: dict[str, list[dict]], systems: list[list[str]]) -> st
     lines = [
         f"| system | mean EM of {', '.join(rows[0]['datasets'])}, per seed | over the seeds | difference from baseline "
         f"[95% CI] | right only here / only in baseline, summed over the seed pairs ({rows[0]['n']} questions each) "
-        f"| p (all of them) |",
+        f"| p (sign-flip test of the questions' seed-averaged differences) |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:

@@ -83,6 +83,7 @@ def test_what_a_user_can_fix_is_one_line_and_a_non_zero_exit(tmp_path, capsys):
     _refused(["compare", str(tmp_path / "empty")], "^realm compare: masked_spans/held_out: .* holds no examples", capsys)
     _refused(["compare", f"{tmp_path / 'empty'},{tmp_path}", str(tmp_path / "empty")],
              r"^realm compare: every system needs as many seeds as the first \(2\)", capsys)
+    _refused(["compare", f"{tmp_path / 'empty'},", str(tmp_path)], "^realm compare: an empty run name in .* stray comma", capsys)
     missing = str(tmp_path / "dumps" / "*.xml")
     assert main(["prepare", "--corpus", "wikipedia-xml", "--input", missing, "--output", str(tmp_path / "run")]) == 2
     assert capsys.readouterr().err == (

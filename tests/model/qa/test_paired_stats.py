@@ -2,7 +2,12 @@ import math
 
 import pytest
 
-from realm.model.qa.paired_stats import bootstrap_interval, mcnemar_exact_p_value, paired_difference_interval
+from realm.model.qa.paired_stats import (
+    bootstrap_interval,
+    mcnemar_exact_p_value,
+    paired_difference_interval,
+    paired_sign_flip_p_value,
+)
 
 
 def test_mcnemar_exact_p_value_is_the_two_sided_binomial_tail_of_the_discordant_split():
@@ -48,3 +53,13 @@ def test_the_paired_difference_weighs_each_set_the_same_and_its_interval_resampl
     # Sets without examples are left out, and none at all gives no difference.
     assert paired_difference_interval([(first, [False] * 100), ([], [])])[0] == pytest.approx(0.3)
     assert all(math.isnan(v) for v in paired_difference_interval([([], [])]))
+
+
+def test_the_sign_flip_test_is_mcnemar_on_one_set_of_outcomes_and_counts_each_example_once():
+    first, second = [True] * 12 + [False] * 3 + [True] * 20, [False] * 12 + [True] * 3 + [True] * 20
+    assert paired_sign_flip_p_value([(first, second)]) == pytest.approx(mcnemar_exact_p_value(12, 3), abs=0.005)
+    assert paired_sign_flip_p_value([(first, first)]) == 1.0
+    # Averaged over two seeds that agree (the same outcomes as floats), an example still counts once.
+    assert paired_sign_flip_p_value([(first, second)]) == paired_sign_flip_p_value(
+        [([float(x) for x in first], [float(x) for x in second])])
+    assert math.isnan(paired_sign_flip_p_value([([], [])]))
