@@ -445,8 +445,9 @@ def build_parser() -> argparse.ArgumentParser:
         "spans it also shows where p(z|x) ranked the retrieved blocks holding each span, and what the marginal made of the "
         "spans only such a block's reading gets right. Systems trained on several seeds are named as their runs joined "
         "by commas (runs/orqa,runs/orqa_s1 runs/realm,runs/realm_s1; so a run's path cannot hold one), paired seed by "
-        "seed in the order given: their mean EM over the seeds, its difference from the first system's with a "
-        "bootstrap 95%% interval over the questions, and a sign-flip test of it on each question's seed-averaged outcomes.",
+        "seed in the order given for the summed right-only counts: their mean EM over the seeds, its difference from "
+        "the first system's with a bootstrap 95%% interval over the questions, and a sign-flip test of it, both on each "
+        "question's seed-averaged outcomes.",
     )
     compare.add_argument("runs", nargs="+", help="run roots, baseline first (a system's seeds: runs joined by commas)")
     compare.add_argument("--json", action="store_true",

@@ -67,19 +67,27 @@ class TimeLimitedCalls:
 
     def _start(self) -> Connection:
         context = multiprocessing.get_context("spawn")
-        self._connection, child_end = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child_end, self.fn, self.timeout_s + ALARM_GRACE_S),
-                                         daemon=True)
-        self._process.start()
-        child_end.close()
-        if not wait([self._connection, self._process.sentinel], START_TIMEOUT_S):
-            self.close()
-            raise ChildStartFailed(f"the process for {self.name} did not start within {START_TIMEOUT_S:g} s")
+        connection, child_end = context.Pipe()
+        process = context.Process(target=_serve, args=(child_end, self.fn, self.timeout_s + ALARM_GRACE_S), daemon=True)
         try:
+            process.start()
+        except BaseException:  # nothing started: nothing to keep
+            connection.close()
+            raise
+        finally:
+            child_end.close()
+        self._process, self._connection = process, connection
+        try:
+            if not wait([connection, process.sentinel], START_TIMEOUT_S):
+                self.close()
+                raise ChildStartFailed(f"the process for {self.name} did not start within {START_TIMEOUT_S:g} s")
             self._answer()  # its "ready"
         except CallFailed as failure:
             raise ChildStartFailed(f"the process for {self.name} could not start: {failure}") from None
-        return self._connection
+        except BaseException:  # interrupted: its "ready" would be read as the first call's answer
+            self.close()
+            raise
+        return connection
 
     def _answer(self):
         try:

@@ -59,7 +59,8 @@ def test_the_sign_flip_test_is_mcnemar_on_one_set_of_outcomes_and_counts_each_ex
     first, second = [True] * 12 + [False] * 3 + [True] * 20, [False] * 12 + [True] * 3 + [True] * 20
     assert paired_sign_flip_p_value([(first, second)]) == pytest.approx(mcnemar_exact_p_value(12, 3), abs=0.005)
     assert paired_sign_flip_p_value([(first, first)]) == 1.0
-    # Averaged over two seeds that agree (the same outcomes as floats), an example still counts once.
+    # Two seeds that agree, averaged per example, give the one seed's p: an example counts once.
+    two_seeds = [((a + a) / 2, (b + b) / 2) for a, b in zip(first, second)]
     assert paired_sign_flip_p_value([(first, second)]) == paired_sign_flip_p_value(
-        [([float(x) for x in first], [float(x) for x in second])])
+        [([a for a, _ in two_seeds], [b for _, b in two_seeds])])
     assert math.isnan(paired_sign_flip_p_value([([], [])]))
