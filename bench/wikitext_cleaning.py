@@ -25,8 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the article
 
-from realm.pipelines.read_wikipedia_xml import CLEANING_TIMEOUT_S, wikitext_to_plain_text  # noqa: E402
+from realm.pipelines.read_wikipedia_xml import CLEANING_TIMEOUT_S  # noqa: E402
 from realm.pipelines.time_limit import TimeLimitedCalls  # noqa: E402
+from realm.pipelines.wikitext import wikitext_to_plain_text  # noqa: E402
 from tests.pipelines.wikipedia_fixture import PARIS_WIKITEXT  # noqa: E402
 
 

@@ -140,6 +140,7 @@ def compare_seeds(systems: list[list[str]]) -> dict[str, list[dict]]:
         return [sum(column) / len(runs) for column in zip(*(outcomes[run][dataset] for run in runs))]
 
     baseline = systems[0]
+    baseline_over_seeds = {dataset: over_seeds(baseline, dataset) for dataset in datasets}
     rows = []
     for i, runs in enumerate(systems):
         per_seed = [_mean_em(outcomes[run], datasets) for run in runs]
@@ -149,10 +150,9 @@ def compare_seeds(systems: list[list[str]]) -> dict[str, list[dict]]:
             rows.append({**row, **dict.fromkeys(
                 ("difference", "difference_low", "difference_high", "only_this_right", "only_baseline_right", "p_value"))})
             continue
-        pairs = [(over_seeds(runs, dataset), over_seeds(baseline, dataset)) for dataset in datasets]
+        pairs = [(over_seeds(runs, dataset), baseline_over_seeds[dataset]) for dataset in datasets]
         difference, low, high = paired_difference_interval(pairs)
-        discordant = [_paired([x for d in datasets for x in outcomes[run][d]],
-                              [x for d in datasets for x in outcomes[baseline_run][d]], False)
+        discordant = [_paired(_pooled(outcomes[run], datasets), _pooled(outcomes[baseline_run], datasets), False)
                       for run, baseline_run in zip(runs, baseline)]
         rows.append({
             **row, "difference": difference, "difference_low": low, "difference_high": high,
@@ -166,6 +166,11 @@ def compare_seeds(systems: list[list[str]]) -> dict[str, list[dict]]:
 def _mean_em(by_dataset: dict[str, list[bool]], datasets: list[str]) -> float:
     """The datasets' exact match averaged, each weighing the same (as the reproduction's table does)."""
     return sum(sum(by_dataset[d]) / len(by_dataset[d]) for d in datasets) / len(datasets)
+
+
+def _pooled(by_dataset: dict[str, list[bool]], datasets: list[str]) -> list[bool]:
+    """The datasets' exact match per question, one list."""
+    return [em for dataset in datasets for em in by_dataset[dataset]]
 
 
 def _layouts(run_roots: list[str]) -> list[RunLayout]:
@@ -227,7 +232,7 @@ def _compare_questions(run_roots: list[str], tables: list[dict[str, list[dict]]]
                 "reader_low": reader["reader_accuracy_low"], "reader_high": reader["reader_accuracy_high"],
                 "n_answer_read": len(read),
                 "recall_at_5": sum(map(_in_top_5, predictions)) / len(em),
-                **_paired(em, [p["exact_match"] for p in baseline], is_baseline),
+                **_paired(em, outcomes[run_roots[0]][dataset], is_baseline),
                 **({"recall_at_5_paired": None, "answer_read": None} if is_baseline else _retrieval_split(predictions, baseline)),
             })
     return rows, _overall(run_roots, datasets, outcomes)
@@ -252,7 +257,7 @@ def _overall(run_roots: list[str], datasets: list[str], outcomes: dict[str, dict
             "run": root, "datasets": datasets, "n": sum(len(baseline[dataset]) for dataset in datasets),
             "mean_em": _mean_em(outcomes[root], datasets),
             "difference": difference, "difference_low": low, "difference_high": high,
-            **_paired([x for d in datasets for x in outcomes[root][d]], [x for d in datasets for x in baseline[d]], is_baseline),
+            **_paired(_pooled(outcomes[root], datasets), _pooled(baseline, datasets), is_baseline),
         })
     return rows
 

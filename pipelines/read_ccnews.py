@@ -63,8 +63,8 @@ _NO_TARGET_URI = object()
 # Where a record may start: a WARC version line at the start of a line, or a gzip member's magic.
 _RECORD_START = re.compile(rb"(?<=\n)WARC/1\.[01]\r?\n|\x1f\x8b\x08")
 _RESYNC_WINDOW_BYTES = 1 << 20
-_MANDATORY_HEADERS = ("WARC-Record-ID", "Content-Length")  # of every record (WARC 1.0 and 1.1, section 5)
 _RESYNC_OVERLAP_BYTES = 16  # longer than a match plus the line break before it
+_MANDATORY_HEADERS = ("WARC-Record-ID", "Content-Length")  # of every record (WARC 1.0 and 1.1, section 5)
 # Prose has a paragraph with a sentence of at least this many words; menu items, link lists
 # and headlines have none (they are short, or end without a full stop).
 MIN_SENTENCE_WORDS = 6

@@ -44,8 +44,7 @@ def paired_sign_flip_p_value(
     averages over seeds) flips sign at random. Monte Carlo, (1 + draws as extreme) / (1 +
     resamples); on one set of 0/1 outcomes it is the exact McNemar test, drawn. Sets without
     examples are left out; nan when none has any."""
-    differences = [np.asarray(first, dtype=np.float64) - np.asarray(second, dtype=np.float64)
-                   for first, second in sets if len(first)]
+    differences = _differences(sets)
     if not differences:
         return math.nan
     rng = np.random.default_rng(seed)
@@ -63,14 +62,19 @@ def paired_difference_interval(
     mean over datasets does), and its percentile-bootstrap interval: each set's examples
     resampled with replacement, the same resample for both systems. Sets without examples are
     left out; (nan, nan, nan) when none has any."""
-    differences = [np.asarray(first, dtype=np.float64) - np.asarray(second, dtype=np.float64)
-                   for first, second in sets if len(first)]
+    differences = _differences(sets)
     if not differences:
         return math.nan, math.nan, math.nan
     rng = np.random.default_rng(seed)
     means = np.mean([_resampled_means(d, resamples, rng) for d in differences], axis=0)
     low, high = _percentiles(means, confidence)
     return float(np.mean([d.mean() for d in differences])), low, high
+
+
+def _differences(sets: Sequence[tuple[Sequence[float], Sequence[float]]]) -> list[np.ndarray]:
+    """Each set's example-by-example first minus second, sets without examples left out."""
+    return [np.asarray(first, dtype=np.float64) - np.asarray(second, dtype=np.float64)
+            for first, second in sets if len(first)]
 
 
 def _resampled_means(values: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
