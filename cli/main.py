@@ -12,11 +12,14 @@ import json
 import logging
 import os
 import sys
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
 from pydantic import ValidationError
 
 from realm.flows.params import ModelPreset, RunPreset
+
+if TYPE_CHECKING:
+    from realm.flows.reproduce_systems import ReproduceParams
 
 # The ephemeral Prefect server's telemetry writes race the first flow run for the SQLite lock
 # ("database is locked" tracebacks), and there is no network to send it to anyway.
@@ -210,26 +213,41 @@ def _reproduce(args: argparse.Namespace, extra: list[str]) -> int:
     from pathlib import Path
 
     from realm.flows.reproduce import realm_reproduce
+
+    params = _reproduce_params(args)
+    rows = realm_reproduce(params)
+    print((Path(args.output) / "results.md").read_text())
+    if args.json:
+        seeded: dict = {}
+        for row in rows:
+            seeded.setdefault(row["system"], {}).setdefault(row["dataset"], []).append(row)
+        _print_json({system: {dataset: {
+            "em": _mean(cells, "exact_match"), "em_per_seed": [cell["exact_match"] for cell in cells],
+            "recall_at_5": _mean(cells, "recall_at_5"), "zero_shot_recall_at_5": cells[0]["zero_shot_recall_at_5"],
+            "n": cells[0]["n"],
+        } for dataset, cells in datasets.items()} for system, datasets in seeded.items()})
+    return 0
+
+
+def _reproduce_params(args: argparse.Namespace) -> ReproduceParams:
+    """The reproduction's parameters from the command line; a value they refuse stops the
+    command in one line."""
     from realm.flows.reproduce_systems import ReproduceParams
 
     qa_train, qa_dev = _reproduce_questions(args)
     if not qa_train:
         raise SystemExit("realm reproduce: no training questions (pass --qa_dir or --qa_train)")
-    params = ReproduceParams(
-        output=args.output, size=args.size, qa_train=qa_train, qa_dev=qa_dev, seed=args.seed, device=args.device,
-        **({"systems": args.systems} if args.systems else {}),
-    )
-    rows = realm_reproduce(params)
-    print((Path(args.output) / "results.md").read_text())
-    if args.json:
-        table: dict = {}
-        for row in rows:
-            table.setdefault(row["system"], {})[row["dataset"]] = {
-                "em": row["exact_match"], "recall_at_5": row["recall_at_5"],
-                "zero_shot_recall_at_5": row["zero_shot_recall_at_5"], "n": row["n"],
-            }
-        _print_json(table)
-    return 0
+    try:
+        return ReproduceParams(
+            output=args.output, size=args.size, qa_train=qa_train, qa_dev=qa_dev, seed=args.seed, seeds=args.seeds,
+            device=args.device, **({"systems": args.systems} if args.systems else {}),
+        )
+    except ValidationError as error:
+        raise SystemExit(f"realm reproduce: {'; '.join(_reason(e) for e in error.errors())}") from None
+
+
+def _mean(rows: list[dict], key: str) -> float:
+    return sum(row[key] for row in rows) / len(rows)
 
 
 def _ask(args: argparse.Namespace, extra: list[str]) -> int:
@@ -467,9 +485,11 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--qa_dev", nargs="+", default=[], help="Open-QA evaluation files")
     reproduce.add_argument("--systems", nargs="+", help="a subset of the rows (default: all)")
     reproduce.add_argument("--seed", type=int, default=0)
+    reproduce.add_argument("--seeds", type=int, default=1,
+                           help="fine-tuning runs per system (seeds --seed, --seed + 1, ...), paired with orqa's over the seeds")
     reproduce.add_argument("--device")
     reproduce.add_argument("--json", action="store_true",
-                           help='end with one JSON line {"<system>": {"<dataset>": {"em", "recall_at_5", "zero_shot_recall_at_5", "n"}}}')
+                           help='end with one JSON line {"<system>": {"<dataset>": {"em", "em_per_seed", "recall_at_5", "zero_shot_recall_at_5", "n"}}}, em and recall_at_5 averaged over the seeds')
     reproduce.set_defaults(handler=_reproduce)
 
     ask = commands.add_parser("ask", help="answer a question with a trained run, with its evidence")
@@ -530,14 +550,17 @@ def _reproduce_questions(args: argparse.Namespace) -> tuple[list[str], list[str]
     return qa_train, qa_dev
 
 
-def _check_question_files(args: argparse.Namespace) -> None:
-    """Read every question file the command names, so a missing or malformed one stops it with
-    one line before a Prefect server starts or a flow logs the error with its traceback."""
+def _check_inputs(args: argparse.Namespace) -> None:
+    """Read every question file the command names, and check a reproduction's parameters, so a
+    missing or malformed file or a refused value stops it with one line before a Prefect server
+    starts or a flow logs the error with its traceback."""
     from realm.model.qa.qa_data import read_qa_file
 
     paths = sum(_reproduce_questions(args), []) if args.command == "reproduce" else list(getattr(args, "qa", None) or [])
     for path in paths:
         read_qa_file(path)
+    if args.command == "reproduce":
+        _reproduce_params(args)
 
 
 def _positive_int(value: str) -> int:
@@ -557,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     from realm.schemas.writer_lock import WriterBusy
 
     try:
-        _check_question_files(args)
+        _check_inputs(args)
         if args.command in FLOW_COMMANDS:
             from realm.cli import prefect_server
 

@@ -353,7 +353,7 @@ def comparison_markdown(found: dict[str, list[dict]], run_roots: list[str]) -> s
     tables = []
     if "questions" in found:
         tables.append(_questions_markdown(found["questions"], names))
-        tables.append(_overall_markdown(found["overall"], names))
+        tables.append(overall_markdown(found["overall"], names))
     if "masked_spans" in found:
         tables.append(_masked_spans_markdown(found["masked_spans"], names))
         if any(row["copying"] for row in found["masked_spans"]):
@@ -446,7 +446,8 @@ def _difference_cells(row: dict) -> str:
             + " | ".join(_paired_cells(row)))
 
 
-def _overall_markdown(rows: list[dict], names: dict[str, str]) -> str:
+def overall_markdown(rows: list[dict], names: dict[str, str]) -> str:
+    """`compare`'s table over all the datasets."""
     datasets = ", ".join(rows[0]["datasets"])
     lines = [
         f"| run | mean EM of {datasets} | difference from baseline [95% CI] | right only here / only in baseline, "

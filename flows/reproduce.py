@@ -26,14 +26,17 @@ row again.
 
 Layout under `output`: `base/` holds the prepared corpus, the ICT warm start and its index
 (`base/index/<ict step>/`); each pre-training variant has a run root of its own (`realm/`,
-`random_spans/`, `stale_index/`, `closed_book/`) and each system one for its fine-tuning and predictions
-(`systems/<name>/`), all reading `base/`'s corpus through symbolic links. Every stage is a
-cached flow, so a re-run skips what is done and an interrupted one resumes. Results:
-`results.parquet` (schema `REPRODUCTION_RESULTS`), `results.md`, `results.png`, and the same
-table as a Prefect artifact; an invocation training some systems (`systems`) keeps the other
-rows an earlier one published under the same settings. `qa/split.json` records a digest of the
-question split; a re-run whose split differs (other files, seed or fraction) stops instead of
-evaluating models trained on the old one. Wall time per system adds every stage it needs,
+`random_spans/`, `stale_index/`, `closed_book/`) and each system one for its fine-tuning and
+predictions (`systems/<name>/`; with `seeds` > 1, one more per further fine-tuning seed,
+`systems/<name>_seed<seed>/`, from the same starts), all reading `base/`'s corpus through
+symbolic links. Every stage is a cached flow, so a re-run skips what is done and an
+interrupted one resumes. Results: `results.parquet` (schema `REPRODUCTION_RESULTS`, a row per
+system, seed and dataset), `results.md` (ending with each system paired with orqa on the same
+questions: McNemar's test on one seed, the sign-flip test over several), `results.png`, and
+the same table as a Prefect artifact; an invocation training some systems (`systems`) keeps
+the other rows an earlier one published under the same settings. `qa/split.json` records a
+digest of the question split; a re-run whose split differs (other files, seed or fraction)
+stops instead of evaluating models trained on the old one. Wall time per system adds every stage it needs,
 shared ones included (the cost of training that system alone); a stage's time is recorded the
 first time it completes, so cache hits on a re-run do not count as free.
 
@@ -55,7 +58,7 @@ from realm.flows.prepare import realm_prepare
 from realm.flows.realm_pretrain import realm_pretrain
 from realm.flows.reproduce_questions import split_questions
 from realm.flows.reproduce_report import earlier_rows, publish_results, table_rows
-from realm.flows.reproduce_runs import StageTimer, linked_run
+from realm.flows.reproduce_runs import StageTimer, linked_run, system_root
 from realm.flows.reproduce_systems import SPECS, ReproduceParams, pretrain_variant
 from realm.flows.retriever_tasks import build_retriever_index, zero_shot_recall
 
@@ -106,7 +109,7 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
     kept = earlier_rows(root, settings, specs)
     rows = []
     for name, spec in specs.items():
-        run = linked_run(root / "systems" / name, base)
+        run = linked_run(system_root(root, name, params.seed, params.seed), base)
         source = pretrain(spec.pretrain) if spec.pretrain else None
         needed = ["prepare"] + ([] if spec.retriever == "bm25" else ["ict"])
         needed += [f"pretrain_{spec.pretrain}"] if spec.pretrain else []
@@ -127,18 +130,23 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
         )
         if dropped:
             logger.info("%s: %s left at the default, acting through a query tower BM25 lacks", name, ", ".join(dropped))
-        with timer(f"finetune_{name}"):
-            finetuned = finetune_openqa(run, finetune_params, init_checkpoint=query_checkpoint,
-                                        index_path=index_path, reader_init=reader_init)
-        metrics = evaluate(run, evaluation, checkpoint=finetuned["checkpoint"], index_path=index_path)
-        seconds = timer.total(needed + [f"finetune_{name}"])
-        for dataset, m in metrics.items():
-            rows.append({
-                "system": name, "dataset": dataset, "n": m["n"], "exact_match": m["em"],
-                "reader_accuracy": m["reader_accuracy"], "recall_at_5": m["recall_at_5"],
-                "zero_shot_recall_at_5": zero_shot[dataset], "train_seconds": seconds, "seed": params.seed,
-                "settings_sha256": settings,
-            })
-        logger.info("%s: %s", name, ", ".join(f"{d} EM {m['em']:.3f}" for d, m in metrics.items()))
-        publish_results(kept + rows, root, repeated)
+        for seed in params.fine_tuning_seeds():
+            # Only the seed differs: every seed starts from the same checkpoints and reads the same index.
+            seeded = run if seed == params.seed else linked_run(system_root(root, name, seed, params.seed), base)
+            seeded = seeded.model_copy(update={"seed": seed})
+            stage = f"finetune_{name}" if seed == params.seed else f"finetune_{name}_seed{seed}"
+            with timer(stage):
+                finetuned = finetune_openqa(seeded, finetune_params, init_checkpoint=query_checkpoint,
+                                            index_path=index_path, reader_init=reader_init)
+            metrics = evaluate(seeded, evaluation, checkpoint=finetuned["checkpoint"], index_path=index_path)
+            seconds = timer.total(needed + [stage])
+            for dataset, m in metrics.items():
+                rows.append({
+                    "system": name, "dataset": dataset, "n": m["n"], "exact_match": m["em"],
+                    "reader_accuracy": m["reader_accuracy"], "recall_at_5": m["recall_at_5"],
+                    "zero_shot_recall_at_5": zero_shot[dataset], "train_seconds": seconds, "seed": seed,
+                    "settings_sha256": settings,
+                })
+            logger.info("%s, seed %d: %s", name, seed, ", ".join(f"{d} EM {m['em']:.3f}" for d, m in metrics.items()))
+            publish_results(kept + rows, root, repeated, params.seed)
     return table_rows(kept + rows)

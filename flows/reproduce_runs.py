@@ -28,6 +28,12 @@ def linked_run(root: Path, base: RunParams) -> RunParams:
     return base.model_copy(update={"output": str(root)})
 
 
+def system_root(root: Path, system: str, seed: int, first_seed: int) -> Path:
+    """Where `system` fine-tunes with `seed`: `systems/<system>` for the reproduction's first
+    seed (the layout of runs with one seed), `systems/<system>_seed<seed>` for the others."""
+    return root / "systems" / (system if seed == first_seed else f"{system}_seed{seed}")
+
+
 class StageTimer:
     """Seconds per stage, kept in a JSON file: recorded the first time a stage completes, as
     the sum of every attempt at it. Stages resume from their checkpoints after a kill, so the

@@ -1,4 +1,4 @@
-"""`reproduction/results.parquet`: one row per (system, dataset) of the REALM vs ORQA vs BM25 table."""
+"""`reproduction/results.parquet`: one row per (system, fine-tuning seed, dataset) of the REALM vs ORQA vs BM25 table."""
 
 import pyarrow as pa
 
@@ -15,7 +15,7 @@ REPRODUCTION_RESULTS = pa.schema(
         pa.field("recall_at_5", pa.float64(), nullable=False),  # after fine-tuning
         pa.field("zero_shot_recall_at_5", pa.float64(), nullable=False),  # the retriever before fine-tuning
         pa.field("train_seconds", pa.float64(), nullable=False),  # every stage the system needs, shared ones included
-        pa.field("seed", pa.int64(), nullable=False),
+        pa.field("seed", pa.int64(), nullable=False),  # the fine-tuning's (`ReproduceParams.fine_tuning_seeds`)
         # `ReproduceParams.settings_digest` of the invocation that trained the row: a later one
         # with other settings does not carry it over (null in tables written before the column)
         added_on(pa.field("settings_sha256", pa.string(), nullable=True), "2026-11-28"),

@@ -100,11 +100,17 @@ def test_a_bad_question_file_stops_the_command_in_one_line_before_any_prefect_se
     monkeypatch.setattr(prefect_server, "install", no_server)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "who", "answers": ["me"]}\n{"question": "no answers"}\n')
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"question": "who", "answers": ["me"]}\n')
     commands = [
         (["evaluate", "--run", str(tmp_path), "--qa", str(bad)], f"realm evaluate: {bad}:2: answers must be"),
         (["train", "finetune", "--output", str(tmp_path), "--qa", str(tmp_path / "missing.jsonl")],
          f"realm train: {tmp_path / 'missing.jsonl'}: no such question file"),
         (["reproduce", "--output", str(tmp_path), "--qa_train", str(bad)], f"realm reproduce: {bad}:2: answers must be"),
+        (["reproduce", "--output", str(tmp_path), "--qa_train", str(good), "--seeds", "0"],
+         "realm reproduce: seeds: Input should be greater than or equal to 1"),
+        (["reproduce", "--output", str(tmp_path), "--qa_train", str(good), "--systems", "stale_index"],
+         "realm reproduce: system stale_index repeats realm"),
     ]
     for argv, message in commands:
         assert main(argv) == 2

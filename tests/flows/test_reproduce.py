@@ -113,3 +113,51 @@ def test_every_system_of_the_table_trains_evaluates_and_is_reported(run_root, tm
     assert [r for r in table if r["system"] != "bm25"] == [r for r in rows if r["system"] != "bm25"]
     assert params.model_copy(update={"stale_factor": 2}).settings_digest() != params.settings_digest()
     assert params.model_copy(update={"output": "elsewhere", "device": "cpu"}).settings_digest() == params.settings_digest()
+
+
+def test_each_system_fine_tunes_on_every_seed_from_its_starts_and_is_paired_with_orqa_over_them(run_root, tmp_path):
+    stages = tiny_params(run_root / "base")
+    stages.prepare.beam_args = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
+    params = ReproduceParams(
+        output=str(run_root), qa_train=[_write(tmp_path / "train.jsonl", TRAIN)],
+        qa_dev=[_write(tmp_path / "dev.jsonl", DEV)], stages=stages, systems=["bm25", "orqa"], seed=3, seeds=2,
+    )
+    (run_root / "base").mkdir()
+    for name in ("documents", "blocks", "pretrain_examples", "ict_examples", "dead_letter", "summary"):
+        (run_root / name).rename(run_root / "base" / name)
+    rows = realm_reproduce(params)
+
+    assert [(r["system"], r["seed"], r["dataset"]) for r in rows] == [
+        (system, seed, dataset) for system in ("bm25", "orqa") for seed in (3, 4) for dataset in ("nq", "wq")
+    ]
+    systems = run_root / "systems"
+    assert sorted(p.name for p in systems.iterdir()) == ["bm25", "bm25_seed4", "orqa", "orqa_seed4"]
+    stage = json.loads((run_root / "stage_seconds.json").read_text())
+    seconds = {(r["system"], r["seed"]): r["train_seconds"] for r in rows}
+    # Every seed starts from the same ICT stage and index: only its own fine-tuning is added.
+    assert seconds["orqa", 4] == stage["prepare"] + stage["ict"] + stage["ict_index"] + stage["finetune_orqa_seed4"]
+    assert seconds["bm25", 3] == stage["prepare"] + stage["bm25_index_bm25"] + stage["finetune_bm25"]
+    zero_shot = {(r["system"], r["seed"], r["dataset"]): r["zero_shot_recall_at_5"] for r in rows}
+    assert zero_shot["orqa", 3, "nq"] == zero_shot["orqa", 4, "nq"]
+    last_checkpoints = [sorted((systems / root / "checkpoints" / "finetune").glob("*/manifest.json"))[-1]
+                        for root in ("orqa", "orqa_seed4")]
+    assert last_checkpoints[0].parent.name == last_checkpoints[1].parent.name
+    assert json.loads(last_checkpoints[0].read_text())["files"] != json.loads(last_checkpoints[1].read_text())["files"]
+
+    markdown = (run_root / "results.md").read_text()
+    assert "Paired against orqa over fine-tuning seeds 3, 4 (per dataset: `realm compare " \
+           "systems/orqa,systems/orqa_seed4 systems/bm25,systems/bm25_seed4` in this folder)." in markdown
+    em = {(r["system"], r["seed"], r["dataset"]): r["exact_match"] for r in rows}
+    mean_em = {(system, seed): (em[system, seed, "nq"] + em[system, seed, "wq"]) / 2
+               for system in ("bm25", "orqa") for seed in (3, 4)}
+    assert f"| orqa, orqa_seed4 | {mean_em['orqa', 3]:.3f} / {mean_em['orqa', 4]:.3f} | " \
+           f"{(mean_em['orqa', 3] + mean_em['orqa', 4]) / 2:.3f} | baseline |" in markdown
+    assert f"| bm25, bm25_seed4 | {mean_em['bm25', 3]:.3f} / {mean_em['bm25', 4]:.3f} |" in markdown
+
+    # One seed again for bm25: orqa's two seeds are kept, and only the seed both have is paired.
+    again = realm_reproduce(params.model_copy(update={"systems": ["bm25"], "seeds": 1}))
+    assert list(dict.fromkeys((r["system"], r["seed"]) for r in again)) == [("bm25", 3), ("orqa", 3), ("orqa", 4)]
+    markdown = (run_root / "results.md").read_text()
+    assert "Paired against orqa on the same questions, seed 3 (per dataset: `realm compare systems/orqa systems/bm25` " \
+           "in this folder). Seeds not every system has are left out (orqa: 3, 4; bm25: 3)." in markdown
+    assert "| bm25 | " in markdown.split("Paired against")[1]

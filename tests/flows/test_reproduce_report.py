@@ -1,4 +1,4 @@
-from realm.flows.reproduce_report import results_markdown
+from realm.flows.reproduce_report import paired_markdown, results_markdown
 
 ROWS = [
     {"system": system, "dataset": "nq", "n": 146, "exact_match": em, "reader_accuracy": 0.25, "recall_at_5": 0.3,
@@ -28,3 +28,20 @@ def test_rows_of_systems_not_retrained_are_kept_only_under_the_same_settings(tmp
     assert earlier_rows(tmp_path, "b" * 64, ["bm25"]) == []  # trained under other settings
     write_table(str(tmp_path / "results.parquet"), ROWS, REPRODUCTION_RESULTS)  # before rows recorded them
     assert earlier_rows(tmp_path, "a" * 64, []) == []
+
+
+def test_each_fine_tuning_seed_is_a_line_of_its_own_in_seed_order():
+    seeded = [dict(row, seed=1, exact_match=row["exact_match"] + 0.1) for row in ROWS] + ROWS
+    lines = results_markdown(seeded, {}).splitlines()
+    assert [line.split(" | ")[:2] for line in lines[2:6]] == [
+        ["| bm25", "0.050"], ["| bm25", "0.150"], ["| orqa", "0.070"], ["| orqa", "0.170"],
+    ]
+    assert [line.split(" | ")[-1] for line in lines[2:6]] == ["0 |", "1 |", "0 |", "1 |"]
+
+
+def test_systems_are_paired_only_on_seeds_they_share_and_one_system_is_paired_with_none(tmp_path):
+    assert paired_markdown(ROWS[:1], tmp_path, 0) == ""
+    disjoint = [ROWS[0], dict(ROWS[1], seed=1)]
+    assert paired_markdown(disjoint, tmp_path, 0) == (
+        "No paired tests: the systems share no fine-tuning seed (orqa: 1; bm25: 0)."
+    )
