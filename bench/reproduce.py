@@ -6,7 +6,7 @@ Trains and evaluates every system of `realm.flows.reproduce` on the embedded vit
 (train on the *.train.jsonl files, evaluate on nq.dev.jsonl and a held-out tenth of the other
 training sets), prints the markdown table (also in `<output>/results.md`, with
 `results.parquet` and the bar chart `results.png`) and ends with one JSON line
-{"<system>": {"<dataset>": {"em", "em_per_seed", "recall_at_5", "zero_shot_recall_at_5", "n"}}}
+{"<system>": {"<dataset>": {"em", "em_per_seed", "seeds", "recall_at_5", "zero_shot_recall_at_5", "n"}}}
 (em and recall_at_5 averaged over the fine-tuning seeds, `--seeds`).
 The same as `realm reproduce ... --json`; a re-run skips every finished stage.
 """

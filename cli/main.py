@@ -218,14 +218,7 @@ def _reproduce(args: argparse.Namespace, extra: list[str]) -> int:
     rows = realm_reproduce(params)
     print((Path(args.output) / "results.md").read_text())
     if args.json:
-        seeded: dict = {}
-        for row in rows:
-            seeded.setdefault(row["system"], {}).setdefault(row["dataset"], []).append(row)
-        _print_json({system: {dataset: {
-            "em": _mean(cells, "exact_match"), "em_per_seed": [cell["exact_match"] for cell in cells],
-            "recall_at_5": _mean(cells, "recall_at_5"), "zero_shot_recall_at_5": cells[0]["zero_shot_recall_at_5"],
-            "n": cells[0]["n"],
-        } for dataset, cells in datasets.items()} for system, datasets in seeded.items()})
+        _print_json(_json_table(rows))
     return 0
 
 
@@ -244,6 +237,19 @@ def _reproduce_params(args: argparse.Namespace) -> ReproduceParams:
         )
     except ValidationError as error:
         raise SystemExit(f"realm reproduce: {'; '.join(_reason(e) for e in error.errors())}") from None
+
+
+def _json_table(rows: list[dict]) -> dict:
+    """{system: {dataset: scores}}: EM and recall@5 averaged over the system's fine-tuning seeds,
+    each seed's EM in the order of `seeds`."""
+    seeded: dict[str, dict[str, list[dict]]] = {}
+    for row in rows:
+        seeded.setdefault(row["system"], {}).setdefault(row["dataset"], []).append(row)
+    return {system: {dataset: {
+        "em": _mean(cells, "exact_match"), "em_per_seed": [cell["exact_match"] for cell in cells],
+        "seeds": [cell["seed"] for cell in cells], "recall_at_5": _mean(cells, "recall_at_5"),
+        "zero_shot_recall_at_5": cells[0]["zero_shot_recall_at_5"], "n": cells[0]["n"],
+    } for dataset, cells in datasets.items()} for system, datasets in seeded.items()}
 
 
 def _mean(rows: list[dict], key: str) -> float:
@@ -485,11 +491,11 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--qa_dev", nargs="+", default=[], help="Open-QA evaluation files")
     reproduce.add_argument("--systems", nargs="+", help="a subset of the rows (default: all)")
     reproduce.add_argument("--seed", type=int, default=0)
-    reproduce.add_argument("--seeds", type=int, default=1,
+    reproduce.add_argument("--seeds", type=_positive_int, default=1,
                            help="fine-tuning runs per system (seeds --seed, --seed + 1, ...), paired with orqa's over the seeds")
     reproduce.add_argument("--device")
     reproduce.add_argument("--json", action="store_true",
-                           help='end with one JSON line {"<system>": {"<dataset>": {"em", "em_per_seed", "recall_at_5", "zero_shot_recall_at_5", "n"}}}, em and recall_at_5 averaged over the seeds')
+                           help='end with one JSON line {"<system>": {"<dataset>": {"em", "em_per_seed", "seeds", "recall_at_5", "zero_shot_recall_at_5", "n"}}}, em and recall_at_5 averaged over the seeds')
     reproduce.set_defaults(handler=_reproduce)
 
     ask = commands.add_parser("ask", help="answer a question with a trained run, with its evidence")

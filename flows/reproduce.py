@@ -33,12 +33,13 @@ symbolic links. Every stage is a cached flow, so a re-run skips what is done and
 interrupted one resumes. Results: `results.parquet` (schema `REPRODUCTION_RESULTS`, a row per
 system, seed and dataset), `results.md` (ending with each system paired with orqa on the same
 questions: McNemar's test on one seed, the sign-flip test over several), `results.png`, and
-the same table as a Prefect artifact; an invocation training some systems (`systems`) keeps
-the other rows an earlier one published under the same settings. `qa/split.json` records a
+the same table as a Prefect artifact; an invocation keeps the rows an earlier one published
+under the same settings for the systems and seeds it does not train (`systems`, `seeds`). `qa/split.json` records a
 digest of the question split; a re-run whose split differs (other files, seed or fraction)
-stops instead of evaluating models trained on the old one. Wall time per system adds every stage it needs,
-shared ones included (the cost of training that system alone); a stage's time is recorded the
-first time it completes, so cache hits on a re-run do not count as free.
+stops instead of evaluating models trained on the old one. Wall time per system and seed adds
+every stage it needs, shared ones included, and that seed's fine-tuning (the cost of training
+that row alone); a stage's time is recorded the first time it completes, so cache hits on a
+re-run do not count as free.
 
 The pieces: the systems and the flow's parameters in `realm.flows.reproduce_systems`, the
 question split in `reproduce_questions`, run roots and stage times in `reproduce_runs`, the
@@ -104,9 +105,9 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
                 )
         return pretrained[variant]
 
-    # System by system, publishing the table after each, so a long run shows its rows as they come.
+    # System by system and seed by seed, publishing the table after each, so a long run shows its rows as they come.
     settings = params.settings_digest()
-    kept = earlier_rows(root, settings, specs)
+    kept = earlier_rows(root, settings, [(name, seed) for name in specs for seed in params.fine_tuning_seeds()])
     rows = []
     for name, spec in specs.items():
         run = linked_run(system_root(root, name, params.seed, params.seed), base)
@@ -132,9 +133,8 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
             logger.info("%s: %s left at the default, acting through a query tower BM25 lacks", name, ", ".join(dropped))
         for seed in params.fine_tuning_seeds():
             # Only the seed differs: every seed starts from the same checkpoints and reads the same index.
-            seeded = run if seed == params.seed else linked_run(system_root(root, name, seed, params.seed), base)
-            seeded = seeded.model_copy(update={"seed": seed})
-            stage = f"finetune_{name}" if seed == params.seed else f"finetune_{name}_seed{seed}"
+            seeded = linked_run(system_root(root, name, seed, params.seed), base).model_copy(update={"seed": seed})
+            stage = f"finetune_{Path(seeded.output).name}"
             with timer(stage):
                 finetuned = finetune_openqa(seeded, finetune_params, init_checkpoint=query_checkpoint,
                                             index_path=index_path, reader_init=reader_init)

@@ -1,12 +1,13 @@
 """The reproduction table: `results.parquet` (schema `REPRODUCTION_RESULTS`), `results.md`,
-`results.png` and the same table as Prefect artifacts. An invocation that trains some of the
-systems (`ReproduceParams.systems`) keeps the rows an earlier one published for the others,
-when they trained under the same settings. `results.md` ends with every system paired with
-the baseline's on the same questions (`realm.flows.comparison`): over all of them on one
-seed, over the seeds every row has on several."""
+`results.png` and the same table as Prefect artifacts. An invocation keeps the rows an earlier
+one published for the systems and fine-tuning seeds it does not train, when they trained
+under the same settings. `results.md` ends with every system paired with
+the baseline on the same questions (`realm.flows.comparison`), over the fine-tuning seeds the
+two have."""
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -15,16 +16,19 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from realm.flows.reproduce_runs import system_root
 from realm.flows.reproduce_systems import SYSTEMS
+from realm.schemas.manifest import IntegrityError
+
+log = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.parquet"
 # The paper's comparisons are against the ICT-only retriever: REALM's gain is measured from it.
 BASELINE = "orqa"
 
 
-def earlier_rows(root: Path, settings_sha256: str, retrained: Iterable[str]) -> list[dict]:
-    """The rows of `root`'s table for systems not in `retrained` that trained under
-    `settings_sha256` (`ReproduceParams.settings_digest`); none from a table that predates
-    the settings column."""
+def earlier_rows(root: Path, settings_sha256: str, retrained: Iterable[tuple[str, int]]) -> list[dict]:
+    """The rows of `root`'s table for the (system, fine-tuning seed) pairs not in `retrained`
+    that trained under `settings_sha256` (`ReproduceParams.settings_digest`); none from a table
+    that predates the settings column."""
     from realm.schemas import REPRODUCTION_RESULTS, read_table
 
     path = root / RESULTS_FILE
@@ -32,7 +36,7 @@ def earlier_rows(root: Path, settings_sha256: str, retrained: Iterable[str]) -> 
         return []
     retrained = set(retrained)
     return [row for row in read_table(str(path), REPRODUCTION_RESULTS).to_pylist()
-            if row["system"] not in retrained and row["settings_sha256"] == settings_sha256]
+            if (row["system"], row["seed"]) not in retrained and row["settings_sha256"] == settings_sha256]
 
 
 def table_rows(rows: list[dict]) -> list[dict]:
@@ -45,14 +49,10 @@ def publish_results(rows: list[dict], root: Path, repeated: dict[str, str], firs
     systems in the table's order; `repeated`: the systems left untrained because they would
     repeat another row, with why; `first_seed`: the reproduction's seed (`system_root`)."""
     from realm.schemas import REPRODUCTION_RESULTS, write_table
-    from realm.schemas.manifest import IntegrityError
 
     rows = table_rows(rows)
     write_table(str(root / RESULTS_FILE), rows, REPRODUCTION_RESULTS)
-    try:
-        paired = paired_markdown(rows, root, first_seed)
-    except (OSError, ValueError, IntegrityError) as error:  # a row's predictions moved or lost: the table still publishes
-        paired = f"No paired tests: {error}"
+    paired = paired_markdown(rows, root, first_seed)
     markdown = results_markdown(rows, repeated) + (f"\n\n{paired}" if paired else "")
     (root / "results.md").write_text(markdown + "\n", encoding="utf-8")
     _plot(rows, root / "results.png")
@@ -65,14 +65,14 @@ def results_markdown(rows: list[dict], repeated: dict[str, str]) -> str:
     zero-shot recall@5, wall time, seed; then the systems not trained because they would
     repeat another row."""
     datasets = sorted({r["dataset"] for r in rows})
-    by_system: dict[tuple[str, int], dict[str, dict]] = defaultdict(dict)
+    by_line: dict[tuple[str, int], dict[str, dict]] = defaultdict(dict)
     for row in table_rows(rows):
-        by_system[row["system"], row["seed"]][row["dataset"]] = row
+        by_line[row["system"], row["seed"]][row["dataset"]] = row
     header = ["system"] + [f"{d} EM" for d in datasets] + [f"{d} reader acc." for d in datasets]
     header += [f"{d} R@5" for d in datasets]
     header += [f"{d} zero-shot R@5" for d in datasets] + ["train time", "seed"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for (system, _), cells in by_system.items():
+    for (system, _), cells in by_line.items():
         first = next(iter(cells.values()))
         values = [system]
         for key in ("exact_match", "reader_accuracy", "recall_at_5", "zero_shot_recall_at_5"):
@@ -86,40 +86,55 @@ def results_markdown(rows: list[dict], repeated: dict[str, str]) -> str:
 
 def paired_markdown(rows: list[dict], root: Path, first_seed: int) -> str:
     """Each system against the baseline (`BASELINE` where it is a row, else the table's first),
-    on the questions both answered: on one fine-tuning seed, mean EM over the datasets, its
-    difference with a paired bootstrap interval and McNemar's test on all questions; on several,
-    the same difference over the seeds every system has, with the sign-flip test. "" for a
-    table of one system."""
-    from realm.flows.comparison import compare, compare_seeds, display_names, overall_markdown, seeds_markdown
-
+    on the questions and fine-tuning seeds both have: on one seed, mean EM over the datasets,
+    its difference with a paired bootstrap interval and McNemar's test on all questions; on
+    several, the same difference over the seeds with the sign-flip test. The systems that share
+    the same seeds with the baseline share a table; a table whose runs cannot be compared says
+    why in place. "" for a table of one system."""
     systems = list(dict.fromkeys(row["system"] for row in rows))
     if len(systems) < 2:
         return ""
     baseline = BASELINE if BASELINE in systems else systems[0]
-    systems = [baseline] + [system for system in systems if system != baseline]
     seeds_of = {system: {row["seed"] for row in rows if row["system"] == system} for system in systems}
-    seeds = sorted(set.intersection(*seeds_of.values()))
+    groups: dict[tuple[int, ...], list[str]] = defaultdict(list)
+    for system in systems:
+        if system != baseline:
+            groups[tuple(sorted(seeds_of[system] & seeds_of[baseline]))].append(system)
+    tables = []
+    for seeds, paired in groups.items():
+        try:
+            tables.append(_paired_table(root, first_seed, baseline, list(seeds), paired, seeds_of))
+        except (OSError, ValueError, IntegrityError) as error:  # lost or moved predictions, other questions
+            log.warning("no paired test of %s against %s: %s", ", ".join(paired), baseline, error)
+            tables.append(f"No paired test of {', '.join(paired)} against {baseline}: {error}")
+    return "\n\n".join(tables)
+
+
+def _paired_table(root: Path, first_seed: int, baseline: str, seeds: list[int], systems: list[str],
+                  seeds_of: dict[str, set[int]]) -> str:
+    """`systems` against `baseline` over `seeds`, with the command that prints it again."""
+    from realm.flows.comparison import compare, compare_seeds, display_names, overall_markdown, seeds_markdown
+
     if not seeds:
-        return f"No paired tests: the systems share no fine-tuning seed ({_seeds_text(seeds_of)})."
-    runs = [[str(system_root(root, system, seed, first_seed)) for seed in seeds] for system in systems]
-    relative = [[str(Path(run).relative_to(root)) for run in seeded] for seeded in runs]
-    left_out = "" if all(seeds_of[s] == set(seeds) for s in systems) else (
-        f" Seeds not every system has are left out ({_seeds_text(seeds_of)})."
+        return f"No paired test of {', '.join(systems)}: no fine-tuning seed in common with {baseline}."
+    runs = [[str(system_root(root, system, seed, first_seed)) for seed in seeds] for system in [baseline, *systems]]
+    by_seed = [" ".join(str(Path(seeded[i]).relative_to(root)) for seeded in runs) for i in range(len(seeds))]
+    left_out = "; ".join(
+        f"{system} {', '.join(map(str, sorted(seeds_of[system] - set(seeds))))}"
+        for system in [baseline, *systems] if seeds_of[system] - set(seeds)
     )
+    left_out = f" Seeds left out, not in both: {left_out}." if left_out else ""
     if len(seeds) == 1:
-        firsts = [seeded[0] for seeded in runs]
-        table = overall_markdown(compare(firsts)["overall"], display_names(firsts))
-        command = " ".join(run[0] for run in relative)
-        title = f"Paired against {baseline} on the same questions, seed {seeds[0]}"
+        first = [seeded[0] for seeded in runs]
+        table = overall_markdown(compare(first)["overall"], display_names(first))
+        title = (f"Paired against {baseline} on the same questions, seed {seeds[0]} "
+                 f"(per dataset: `realm compare {by_seed[0]}` in this folder).")
     else:
         table = seeds_markdown(compare_seeds(runs), runs)
-        command = " ".join(",".join(seeded) for seeded in relative)
-        title = f"Paired against {baseline} over fine-tuning seeds {', '.join(map(str, seeds))}"
-    return f"{title} (per dataset: `realm compare {command}` in this folder).{left_out}\n\n{table}"
-
-
-def _seeds_text(seeds_of: dict[str, set[int]]) -> str:
-    return "; ".join(f"{system}: {', '.join(map(str, sorted(seeds)))}" for system, seeds in seeds_of.items())
+        together = " ".join(",".join(str(Path(run).relative_to(root)) for run in seeded) for seeded in runs)
+        title = (f"Paired against {baseline} over fine-tuning seeds {', '.join(map(str, seeds))} (`realm compare "
+                 f"{together}` in this folder; per dataset, one seed at a time: `realm compare {by_seed[0]}`).")
+    return f"{title}{left_out}\n\n{table}"
 
 
 def _cell(value: float | None) -> str:
@@ -145,7 +160,8 @@ def _plot(rows: list[dict], path: Path) -> None:
                  [value.get((s, dataset), 0.0) for s in systems], width, label=dataset)
     axis.set_xticks([i + width * (len(datasets) - 1) / 2 for i in range(len(systems))])
     axis.set_xticklabels(systems, rotation=25, ha="right", fontsize=8)
-    axis.set_ylabel("exact match" if all(len(ems) == 1 for ems in seeded.values()) else "exact match, mean over seeds")
+    several = any(len(ems) > 1 for ems in seeded.values())
+    axis.set_ylabel("exact match, mean over each system's seeds" if several else "exact match")
     axis.legend(fontsize=8)
     axis.grid(axis="y", alpha=0.3)
     figure.tight_layout()

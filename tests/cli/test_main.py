@@ -91,7 +91,7 @@ def test_what_a_user_can_fix_is_one_line_and_a_non_zero_exit(tmp_path, capsys):
     )
 
 
-def test_a_bad_question_file_stops_the_command_in_one_line_before_any_prefect_server(tmp_path, capsys, monkeypatch):
+def test_a_bad_question_file_or_setting_stops_the_command_in_one_line_before_any_prefect_server(tmp_path, capsys, monkeypatch):
     from realm.cli import prefect_server
 
     def no_server():
@@ -107,8 +107,6 @@ def test_a_bad_question_file_stops_the_command_in_one_line_before_any_prefect_se
         (["train", "finetune", "--output", str(tmp_path), "--qa", str(tmp_path / "missing.jsonl")],
          f"realm train: {tmp_path / 'missing.jsonl'}: no such question file"),
         (["reproduce", "--output", str(tmp_path), "--qa_train", str(bad)], f"realm reproduce: {bad}:2: answers must be"),
-        (["reproduce", "--output", str(tmp_path), "--qa_train", str(good), "--seeds", "0"],
-         "realm reproduce: seeds: Input should be greater than or equal to 1"),
         (["reproduce", "--output", str(tmp_path), "--qa_train", str(good), "--systems", "stale_index"],
          "realm reproduce: system stale_index repeats realm"),
     ]
@@ -119,6 +117,9 @@ def test_a_bad_question_file_stops_the_command_in_one_line_before_any_prefect_se
     with pytest.raises(SystemExit):
         main(["ask", "--run", str(tmp_path), "--num_read", "0", "who"])
     assert "--num_read: must be at least 1, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--output", str(tmp_path), "--qa_train", str(good), "--seeds", "0"])
+    assert "--seeds: must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_an_error_is_one_line_with_no_library_noise_before_it(tmp_path):

@@ -21,11 +21,12 @@ def test_rows_of_systems_not_retrained_are_kept_only_under_the_same_settings(tmp
     from realm.flows.reproduce_report import earlier_rows
     from realm.schemas import REPRODUCTION_RESULTS, write_table
 
-    assert earlier_rows(tmp_path, "a" * 64, ["bm25"]) == []  # no table yet
+    assert earlier_rows(tmp_path, "a" * 64, [("bm25", 0)]) == []  # no table yet
     rows = [dict(row, settings_sha256="a" * 64) for row in ROWS]
     write_table(str(tmp_path / "results.parquet"), rows, REPRODUCTION_RESULTS)
-    assert earlier_rows(tmp_path, "a" * 64, ["bm25"]) == rows[1:]
-    assert earlier_rows(tmp_path, "b" * 64, ["bm25"]) == []  # trained under other settings
+    assert earlier_rows(tmp_path, "a" * 64, [("bm25", 0)]) == rows[1:]
+    assert earlier_rows(tmp_path, "a" * 64, [("bm25", 1)]) == rows  # another seed of bm25: its seed 0 stays
+    assert earlier_rows(tmp_path, "b" * 64, [("bm25", 0)]) == []  # trained under other settings
     write_table(str(tmp_path / "results.parquet"), ROWS, REPRODUCTION_RESULTS)  # before rows recorded them
     assert earlier_rows(tmp_path, "a" * 64, []) == []
 
@@ -39,9 +40,11 @@ def test_each_fine_tuning_seed_is_a_line_of_its_own_in_seed_order():
     assert [line.split(" | ")[-1] for line in lines[2:6]] == ["0 |", "1 |", "0 |", "1 |"]
 
 
-def test_systems_are_paired_only_on_seeds_they_share_and_one_system_is_paired_with_none(tmp_path):
+def test_a_system_is_paired_only_on_seeds_it_shares_with_the_baseline_and_a_lost_run_is_named(tmp_path):
     assert paired_markdown(ROWS[:1], tmp_path, 0) == ""
-    disjoint = [ROWS[0], dict(ROWS[1], seed=1)]
-    assert paired_markdown(disjoint, tmp_path, 0) == (
-        "No paired tests: the systems share no fine-tuning seed (orqa: 1; bm25: 0)."
-    )
+    rows = [ROWS[0], dict(ROWS[1], seed=1), dict(ROWS[0], system="realm", seed=1)]
+    # realm shares seed 1 with orqa, whose run was never written here; bm25 shares none.
+    assert paired_markdown(rows, tmp_path, 0).split("\n\n") == [
+        "No paired test of bm25: no fine-tuning seed in common with orqa.",
+        f"No paired test of realm against orqa: {tmp_path}/systems/orqa_seed1: no such directory",
+    ]
