@@ -490,9 +490,10 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--qa_train", nargs="+", default=[], help="Open-QA training files")
     reproduce.add_argument("--qa_dev", nargs="+", default=[], help="Open-QA evaluation files")
     reproduce.add_argument("--systems", nargs="+", help="a subset of the rows (default: all)")
-    reproduce.add_argument("--seed", type=int, default=0)
+    reproduce.add_argument("--seed", type=int, default=0,
+                           help="seed of the question split, the corpus, ICT, pre-training and the first fine-tuning")
     reproduce.add_argument("--seeds", type=_positive_int, default=1,
-                           help="fine-tuning runs per system (seeds --seed, --seed + 1, ...), paired with orqa's over the seeds")
+                           help="fine-tuning runs per system (seeds --seed, --seed + 1, ...), each system paired with orqa over the seeds both have")
     reproduce.add_argument("--device")
     reproduce.add_argument("--json", action="store_true",
                            help='end with one JSON line {"<system>": {"<dataset>": {"em", "em_per_seed", "seeds", "recall_at_5", "zero_shot_recall_at_5", "n"}}}, em and recall_at_5 averaged over the seeds')

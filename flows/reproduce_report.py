@@ -89,8 +89,9 @@ def paired_markdown(rows: list[dict], root: Path, first_seed: int) -> str:
     on the questions and fine-tuning seeds both have: on one seed, mean EM over the datasets,
     its difference with a paired bootstrap interval and McNemar's test on all questions; on
     several, the same difference over the seeds with the sign-flip test. The systems that share
-    the same seeds with the baseline share a table; a table whose runs cannot be compared says
-    why in place. "" for a table of one system."""
+    the same seeds with the baseline share a table; a system that cannot be compared (no seed in
+    common, a run lost or answering other questions) is named with why, in place and in the
+    log, and the others' table stands. "" for a table of one system."""
     systems = list(dict.fromkeys(row["system"] for row in rows))
     if len(systems) < 2:
         return ""
@@ -102,12 +103,28 @@ def paired_markdown(rows: list[dict], root: Path, first_seed: int) -> str:
             groups[tuple(sorted(seeds_of[system] & seeds_of[baseline]))].append(system)
     tables = []
     for seeds, paired in groups.items():
-        try:
-            tables.append(_paired_table(root, first_seed, baseline, list(seeds), paired, seeds_of))
-        except (OSError, ValueError, IntegrityError) as error:  # lost or moved predictions, other questions
-            log.warning("no paired test of %s against %s: %s", ", ".join(paired), baseline, error)
-            tables.append(f"No paired test of {', '.join(paired)} against {baseline}: {error}")
+        tables += _paired_tables(root, first_seed, baseline, list(seeds), paired, seeds_of)
     return "\n\n".join(tables)
+
+
+def _paired_tables(root: Path, first_seed: int, baseline: str, seeds: list[int], systems: list[str],
+                   seeds_of: dict[str, set[int]]) -> list[str]:
+    """`systems`' table against `baseline` over `seeds`; where it cannot be built, each system's
+    alone, so that one system's lost run hides no other's comparison."""
+    if not seeds:
+        return [_not_paired(systems, baseline, f"no fine-tuning seed in common with {baseline}")]
+    try:
+        return [_paired_table(root, first_seed, baseline, seeds, systems, seeds_of)]
+    except (OSError, ValueError, IntegrityError) as error:  # lost or moved predictions, other questions
+        if len(systems) == 1:
+            return [_not_paired(systems, baseline, str(error))]
+        return [table for system in systems
+                for table in _paired_tables(root, first_seed, baseline, seeds, [system], seeds_of)]
+
+
+def _not_paired(systems: list[str], baseline: str, why: str) -> str:
+    log.warning("no paired test of %s against %s: %s", ", ".join(systems), baseline, why)
+    return f"No paired test of {', '.join(systems)} against {baseline}: {why}."
 
 
 def _paired_table(root: Path, first_seed: int, baseline: str, seeds: list[int], systems: list[str],
@@ -115,10 +132,8 @@ def _paired_table(root: Path, first_seed: int, baseline: str, seeds: list[int], 
     """`systems` against `baseline` over `seeds`, with the command that prints it again."""
     from realm.flows.comparison import compare, compare_seeds, display_names, overall_markdown, seeds_markdown
 
-    if not seeds:
-        return f"No paired test of {', '.join(systems)}: no fine-tuning seed in common with {baseline}."
     runs = [[str(system_root(root, system, seed, first_seed)) for seed in seeds] for system in [baseline, *systems]]
-    by_seed = [" ".join(str(Path(seeded[i]).relative_to(root)) for seeded in runs) for i in range(len(seeds))]
+    first_seed_runs = " ".join(str(Path(seeded[0]).relative_to(root)) for seeded in runs)
     left_out = "; ".join(
         f"{system} {', '.join(map(str, sorted(seeds_of[system] - set(seeds))))}"
         for system in [baseline, *systems] if seeds_of[system] - set(seeds)
@@ -128,12 +143,13 @@ def _paired_table(root: Path, first_seed: int, baseline: str, seeds: list[int], 
         first = [seeded[0] for seeded in runs]
         table = overall_markdown(compare(first)["overall"], display_names(first))
         title = (f"Paired against {baseline} on the same questions, seed {seeds[0]} "
-                 f"(per dataset: `realm compare {by_seed[0]}` in this folder).")
+                 f"(per dataset: `realm compare {first_seed_runs}` in this folder).")
     else:
         table = seeds_markdown(compare_seeds(runs), runs)
         together = " ".join(",".join(str(Path(run).relative_to(root)) for run in seeded) for seeded in runs)
         title = (f"Paired against {baseline} over fine-tuning seeds {', '.join(map(str, seeds))} (`realm compare "
-                 f"{together}` in this folder; per dataset, one seed at a time: `realm compare {by_seed[0]}`).")
+                 f"{together}` in this folder; per dataset, one seed at a time, e.g. seed {seeds[0]}: "
+                 f"`realm compare {first_seed_runs}`).")
     return f"{title}{left_out}\n\n{table}"
 
 

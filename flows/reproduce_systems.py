@@ -60,7 +60,7 @@ class ReproduceParams(BaseModel):
     )
     stale_factor: int = Field(30, ge=1, description="stale_index ablation: refresh_every times this")
     seed: int = Field(0, description="seed of the question split, the corpus, ICT, pre-training and the first fine-tuning")
-    # One fine-tuning seed cannot order rows this close: on the 2-core CPU the same REALM
+    # One fine-tuning seed cannot order rows this close: on the 2-core AMD EPYC the same REALM
     # pre-training fine-tuned with seeds 0 and 1 scored mean EM 0.151 and 0.195 (docs/measurements.md).
     seeds: int = Field(
         1, ge=1, description="fine-tuning runs per system, with seeds seed, seed + 1, ... from the same starts; the "

@@ -6,6 +6,7 @@ from pydantic import ValidationError
 
 from realm.flows.reproduce import realm_reproduce
 from realm.flows.reproduce_questions import split_questions
+from realm.flows.reproduce_report import paired_markdown
 from realm.flows.reproduce_systems import SYSTEMS, ReproduceParams
 from realm.schemas import REPRODUCTION_RESULTS, read_table
 from tests.flows.tiny_run import tiny_params
@@ -144,8 +145,8 @@ def test_each_system_fine_tunes_on_every_seed_from_its_starts_and_is_paired_with
 
     markdown = (run_root / "results.md").read_text()
     paired = ("Paired against orqa over fine-tuning seeds 3, 4 (`realm compare systems/orqa,systems/orqa_seed4 "
-              "systems/bm25,systems/bm25_seed4` in this folder; per dataset, one seed at a time: `realm compare "
-              "systems/orqa systems/bm25`).")
+              "systems/bm25,systems/bm25_seed4` in this folder; per dataset, one seed at a time, e.g. seed 3: "
+              "`realm compare systems/orqa systems/bm25`).")
     assert f"{paired}\n\n" in markdown
     em = {(r["system"], r["seed"], r["dataset"]): r["exact_match"] for r in rows}
     mean_em = {(system, seed): (em[system, seed, "nq"] + em[system, seed, "wq"]) / 2
@@ -153,6 +154,12 @@ def test_each_system_fine_tunes_on_every_seed_from_its_starts_and_is_paired_with
     assert f"| orqa, orqa_seed4 | {mean_em['orqa', 3]:.3f} / {mean_em['orqa', 4]:.3f} | " \
            f"{(mean_em['orqa', 3] + mean_em['orqa', 4]) / 2:.3f} | baseline |" in markdown
     assert f"| bm25, bm25_seed4 | {mean_em['bm25', 3]:.3f} / {mean_em['bm25', 4]:.3f} |" in markdown
+
+    # A system whose runs were lost is named, and the comparison of the other that shares its seeds stands.
+    lost = [dict(row, system="realm") for row in rows if row["system"] == "bm25"]
+    assert paired_markdown(rows + lost, run_root, 3).split("\n\n")[::2] == [
+        paired, f"No paired test of realm against orqa: {run_root}/systems/realm: no such directory.",
+    ]
 
     # A third seed of bm25 alone keeps its first two and orqa's, and pairs it over the seeds orqa has.
     again = realm_reproduce(params.model_copy(update={"systems": ["bm25"], "seeds": 3}))

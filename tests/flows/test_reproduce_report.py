@@ -45,6 +45,6 @@ def test_a_system_is_paired_only_on_seeds_it_shares_with_the_baseline_and_a_lost
     rows = [ROWS[0], dict(ROWS[1], seed=1), dict(ROWS[0], system="realm", seed=1)]
     # realm shares seed 1 with orqa, whose run was never written here; bm25 shares none.
     assert paired_markdown(rows, tmp_path, 0).split("\n\n") == [
-        "No paired test of bm25: no fine-tuning seed in common with orqa.",
-        f"No paired test of realm against orqa: {tmp_path}/systems/orqa_seed1: no such directory",
+        "No paired test of bm25 against orqa: no fine-tuning seed in common with orqa.",
+        f"No paired test of realm against orqa: {tmp_path}/systems/orqa_seed1: no such directory.",
     ]
