@@ -23,6 +23,17 @@ def _write(path, rows):
     return str(path)
 
 
+def _stages_on_the_prepared_base(run_root):
+    """Tiny stages whose base run is the fixture's prepared corpus, moved to `base/` (prepare is
+    then cached work)."""
+    stages = tiny_params(run_root / "base")
+    stages.prepare.beam_args = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
+    (run_root / "base").mkdir()
+    for name in ("documents", "blocks", "pretrain_examples", "ict_examples", "dead_letter", "summary"):
+        (run_root / name).rename(run_root / "base" / name)
+    return stages
+
+
 def test_held_out_questions_are_stable_disjoint_and_only_taken_where_no_dev_file_exists(tmp_path):
     params = ReproduceParams(
         qa_train=[_write(tmp_path / "train.jsonl", TRAIN)], qa_dev=[_write(tmp_path / "dev.jsonl", DEV)], dev_fraction=0.25
@@ -69,17 +80,12 @@ def test_the_default_size_trains_every_row_but_the_stale_index():
 
 
 def test_every_system_of_the_table_trains_evaluates_and_is_reported(run_root, tmp_path):
-    stages = tiny_params(run_root / "base")
-    stages.prepare.beam_args = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
+    stages = _stages_on_the_prepared_base(run_root)
     stages.evaluate.num_read = 3  # every row is evaluated with the stage's settings
     params = ReproduceParams(
         output=str(run_root), qa_train=[_write(tmp_path / "train.jsonl", TRAIN)],
         qa_dev=[_write(tmp_path / "dev.jsonl", DEV)], stages=stages, stale_factor=30,
     )
-    # The fixture's prepared corpus becomes the reproduction's base run (prepare is then cached work).
-    (run_root / "base").mkdir()
-    for name in ("documents", "blocks", "pretrain_examples", "ict_examples", "dead_letter", "summary"):
-        (run_root / name).rename(run_root / "base" / name)
     rows = realm_reproduce(params)
 
     assert {(r["system"], r["dataset"]) for r in rows} == {(s, d) for s in SYSTEMS for d in ("nq", "wq")}
@@ -117,15 +123,11 @@ def test_every_system_of_the_table_trains_evaluates_and_is_reported(run_root, tm
 
 
 def test_each_system_fine_tunes_on_every_seed_from_its_starts_and_is_paired_with_orqa_over_them(run_root, tmp_path):
-    stages = tiny_params(run_root / "base")
-    stages.prepare.beam_args = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
     params = ReproduceParams(
         output=str(run_root), qa_train=[_write(tmp_path / "train.jsonl", TRAIN)],
-        qa_dev=[_write(tmp_path / "dev.jsonl", DEV)], stages=stages, systems=["bm25", "orqa"], seed=3, seeds=2,
+        qa_dev=[_write(tmp_path / "dev.jsonl", DEV)], stages=_stages_on_the_prepared_base(run_root),
+        systems=["bm25", "orqa"], seed=3, seeds=2,
     )
-    (run_root / "base").mkdir()
-    for name in ("documents", "blocks", "pretrain_examples", "ict_examples", "dead_letter", "summary"):
-        (run_root / name).rename(run_root / "base" / name)
     rows = realm_reproduce(params)
 
     assert [(r["system"], r["seed"], r["dataset"]) for r in rows] == [
