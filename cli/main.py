@@ -213,47 +213,29 @@ def _reproduce(args: argparse.Namespace, extra: list[str]) -> int:
     from pathlib import Path
 
     from realm.flows.reproduce import realm_reproduce
+    from realm.flows.reproduce_report import json_table
 
-    params = _reproduce_params(args)
-    rows = realm_reproduce(params)
-    print((Path(args.output) / "results.md").read_text())
+    rows = realm_reproduce(args.reproduce_params)
+    print((Path(args.reproduce_params.output) / "results.md").read_text())
     if args.json:
-        _print_json(_json_table(rows))
+        _print_json(json_table(rows))
     return 0
 
 
+# The `realm reproduce` options that are `ReproduceParams` fields, passed on only when given,
+# so that each default is the field's.
+REPRODUCE_OPTIONS = ("output", "size", "seed", "seeds", "device", "systems")
+
+
 def _reproduce_params(args: argparse.Namespace) -> ReproduceParams:
-    """The reproduction's parameters from the command line; a value they refuse stops the
-    command in one line."""
+    """The reproduction's parameters from the command line."""
     from realm.flows.reproduce_systems import ReproduceParams
 
     qa_train, qa_dev = _reproduce_questions(args)
     if not qa_train:
         raise SystemExit("realm reproduce: no training questions (pass --qa_dir or --qa_train)")
-    try:
-        return ReproduceParams(
-            output=args.output, size=args.size, qa_train=qa_train, qa_dev=qa_dev, seed=args.seed, seeds=args.seeds,
-            device=args.device, **({"systems": args.systems} if args.systems else {}),
-        )
-    except ValidationError as error:
-        raise SystemExit(f"realm reproduce: {'; '.join(_reason(e) for e in error.errors())}") from None
-
-
-def _json_table(rows: list[dict]) -> dict:
-    """{system: {dataset: scores}}: EM and recall@5 averaged over the system's fine-tuning seeds,
-    each seed's EM in the order of `seeds`."""
-    seeded: dict[str, dict[str, list[dict]]] = {}
-    for row in rows:
-        seeded.setdefault(row["system"], {}).setdefault(row["dataset"], []).append(row)
-    return {system: {dataset: {
-        "em": _mean(cells, "exact_match"), "em_per_seed": [cell["exact_match"] for cell in cells],
-        "seeds": [cell["seed"] for cell in cells], "recall_at_5": _mean(cells, "recall_at_5"),
-        "zero_shot_recall_at_5": cells[0]["zero_shot_recall_at_5"], "n": cells[0]["n"],
-    } for dataset, cells in datasets.items()} for system, datasets in seeded.items()}
-
-
-def _mean(rows: list[dict], key: str) -> float:
-    return sum(row[key] for row in rows) / len(rows)
+    given = {name: getattr(args, name) for name in REPRODUCE_OPTIONS if getattr(args, name) is not None}
+    return ReproduceParams(qa_train=qa_train, qa_dev=qa_dev, **given)
 
 
 def _ask(args: argparse.Namespace, extra: list[str]) -> int:
@@ -483,16 +465,16 @@ def build_parser() -> argparse.ArgumentParser:
         "reproduce", help="REALM vs ICT-only (ORQA) vs BM25 + reader, with ablations (Prefect flow realm-reproduce)",
         description="Train and evaluate every system of the reproduction table on one corpus and question set.",
     )
-    reproduce.add_argument("--output", default="runs/reproduce", help="root of every run it trains")
-    reproduce.add_argument("--size", choices=["tiny", "default", "gpu"], default="default",
+    reproduce.add_argument("--output", help="root of every run it trains")
+    reproduce.add_argument("--size", choices=list(get_args(RunPreset)),
                            help="default: this 2-core CPU, hours; gpu: full-size settings for a CUDA machine")
     reproduce.add_argument("--qa_dir", help="a folder of <dataset>.train.jsonl and <dataset>.dev.jsonl files")
     reproduce.add_argument("--qa_train", nargs="+", default=[], help="Open-QA training files")
     reproduce.add_argument("--qa_dev", nargs="+", default=[], help="Open-QA evaluation files")
     reproduce.add_argument("--systems", nargs="+", help="a subset of the rows (default: all)")
-    reproduce.add_argument("--seed", type=int, default=0,
+    reproduce.add_argument("--seed", type=int,
                            help="seed of the question split, the corpus, ICT, pre-training and the first fine-tuning")
-    reproduce.add_argument("--seeds", type=_positive_int, default=1,
+    reproduce.add_argument("--seeds", type=_positive_int,
                            help="fine-tuning runs per system (seeds --seed, --seed + 1, ...), each system paired with orqa over the seeds both have")
     reproduce.add_argument("--device")
     reproduce.add_argument("--json", action="store_true",
@@ -567,7 +549,10 @@ def _check_inputs(args: argparse.Namespace) -> None:
     for path in paths:
         read_qa_file(path)
     if args.command == "reproduce":
-        _reproduce_params(args)
+        try:
+            args.reproduce_params = _reproduce_params(args)
+        except ValidationError as error:  # a refused setting; inside a flow one is a bug, and keeps its traceback
+            raise SystemExit(f"realm reproduce: {'; '.join(_reason(e) for e in error.errors())}") from None
 
 
 def _positive_int(value: str) -> int:

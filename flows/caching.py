@@ -1,16 +1,22 @@
 """Stage results cached with the run, as plain JSON: `<root>/.realm-cache/<task>-<key>.json`.
 
-Expensive, deterministic stages (corpus preparation, whole training stages) are skipped on a
-re-run with the same inputs and the same task code: the key hashes the task's source, its
-arguments and the content of the files it `reads` (question files, the corpus, the checkpoint
-and index it starts from: `realm.model.training.stage_inputs.content_digest`), so a file
-edited in place is a new input. A result is reused only while what the stage `writes` (its
-checkpoints, the prepared artifacts) holds what it held when the result was cached: a stage
-run since on other inputs replaced them, and the stage runs again. A stage that runs again
-because a file it reads changed says which (against the task's newest cached result); a
-file outside the machine (`gs://...`) is read through Beam's file systems. Paths inside the
-run are recorded relative to it, in the key and in the result, so a run folder copied or
-moved elsewhere hits its cache and gets paths inside the copy.
+Expensive, deterministic stages (corpus preparation, whole training stages, evaluation) are
+skipped on a re-run with the same inputs and the same code: the key hashes the task's source,
+its arguments and the content of the files it `reads` (question files, the corpus, the
+checkpoint and index it starts from: `realm.model.training.stage_inputs.content_digest`), so a
+file edited in place is a new input. Evaluation keys on all of realm's code too
+(`CODE_DIGEST`): its result depends on the reader and answering code its task calls, and it
+costs seconds to minutes, so after a change it answers again rather than serve answers from
+before it. Preparation and training key on their task alone: a training stage run again
+resumes from its own checkpoints whatever the code, and re-preparing after an unrelated edit
+could write different bytes, which every later stage keyed on them would train again for. A
+result is reused only while what the stage `writes` (its checkpoints, the prepared artifacts)
+holds what it held when the result was cached: a stage run since on other inputs replaced
+them, and the stage runs again. A stage that runs again because a file it reads (or the code
+it keys on) changed says so (against the task's newest cached result); a file outside the
+machine (`gs://...`) is read through Beam's file systems. Paths inside the run are recorded
+relative to it, in the key and in the result, so a run folder copied or moved elsewhere hits
+its cache and gets paths inside the copy.
 
 Prefect's own result persistence is not used: it pickles results and unpickles them on a
 cache hit, so anyone able to write a run folder could run code as whoever runs the flow next.
@@ -21,6 +27,8 @@ Deleting a run deletes its cache.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import inspect
 import json
 import os
@@ -39,6 +47,8 @@ from realm.schemas.run_layout import RunLayout
 CACHE_DIR = ".realm-cache"
 # How a path inside the run is written in a key or a cached result: "$RUN/checkpoints/ict/40".
 RUN_ROOT = "$RUN"
+# realm's top-level packages (pyproject.toml's): the code an `all_code` stage is keyed on.
+REALM_PACKAGES = ("realm.cli", "realm.flows", "realm.model", "realm.pipelines", "realm.schemas")
 
 
 def cached_in_run(
@@ -46,17 +56,20 @@ def cached_in_run(
     layout: RunLayout,
     reads: Iterable[str | os.PathLike | None] = (),
     writes: Iterable[str | os.PathLike] = (),
+    all_code: bool = False,
 ) -> Callable[..., dict]:
-    """`task`, skipped when the run holds its JSON result for these arguments, this code and
-    the content of `reads` (None entries are skipped), and `writes` are as that result left
-    them. A miss returns the result as a hit would (JSON round-tripped)."""
+    """`task`, skipped when the run holds its JSON result for these arguments, this code (the
+    task's source, and with `all_code` every module of realm) and the content of `reads` (None
+    entries are skipped), and `writes` are as that result left them. A miss returns the result
+    as a hit would (JSON round-tripped)."""
     uncached = task.with_options(cache_policy=NO_CACHE, persist_result=False)
     root = layout.root
     reads, writes = [path for path in reads if path is not None], list(writes)
 
     def run(*args, **kwargs) -> dict:
         contents = read_digests(reads, root)
-        key = cache_key(task.fn, args, kwargs, root, contents)
+        code = CODE_DIGEST if all_code else None
+        key = cache_key(task.fn, args, kwargs, root, contents, code)
         path = root / CACHE_DIR / f"{task.name}-{key}.json"
         logger = get_run_logger()
         if path.is_file():
@@ -68,21 +81,42 @@ def cached_in_run(
             else:
                 logger.info("%s: done before with these inputs and code; result from %s", task.name, path)
                 return _in_run(entry["result"], root)
-        elif changes := _changed_reads(root, task.name, contents):
+        elif changes := _changed_reads(root, task.name, contents, code):
             logger.info("%s: %s since its last cached run; running the stage again", task.name, "; ".join(changes))
         result = _in_cache(json.loads(json.dumps(uncached(*args, **kwargs), default=_plain)), root)
         entry = {"result": result, "writes": _writes_digest(writes, root), "reads": contents}
+        if code is not None:
+            entry["code"] = code
         write_atomically(path, json.dumps(entry, indent=1))
         return _in_run(result, root)
 
     return run
 
 
-def cache_key(fn: Callable, args: tuple, kwargs: dict, root: Path, contents: dict[str, str]) -> str:
-    """sha256 of the function's source, its arguments (pydantic models by their JSON) and the
-    content digests of what it reads (`read_digests`), paths inside `root` written relative to it."""
+def cache_key(fn: Callable, args: tuple, kwargs: dict, root: Path, contents: dict[str, str], code: str | None) -> str:
+    """sha256 of the function's source, its arguments (pydantic models by their JSON), the
+    content digests of what it reads (`read_digests`), paths inside `root` written relative to
+    it, and `code` (`CODE_DIGEST`) where given."""
     arguments = json.loads(json.dumps([list(args), kwargs], default=_plain))
-    return json_digest([inspect.getsource(fn), _in_cache(arguments, root), contents])[:32]
+    keyed = [inspect.getsource(fn), _in_cache(arguments, root), contents] + ([code] if code is not None else [])
+    return json_digest(keyed)[:32]
+
+
+def source_digest(packages: Iterable[str]) -> str:
+    """sha256 of every Python file of `packages` (importable names), each by its path inside
+    its package and its bytes."""
+    digest = hashlib.sha256()
+    for package in packages:
+        for directory in importlib.util.find_spec(package).submodule_search_locations:
+            for path in sorted(Path(directory).rglob("*.py")):
+                digest.update(f"{package}/{path.relative_to(directory).as_posix()}\0".encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+# Hashed when the flows are imported, before any stage runs (a few ms), so an edit made during
+# a long run does not key that run's evaluation on code it did not start with.
+CODE_DIGEST = source_digest(REALM_PACKAGES)
 
 
 def read_digests(reads: Iterable[str | os.PathLike], root: Path) -> dict[str, str]:
@@ -98,19 +132,22 @@ def _remote_digest(url: str) -> str:
         return stream_sha256(handle)
 
 
-def _changed_reads(root: Path, task_name: str, contents: dict[str, str]) -> list[str]:
-    """What differs between `contents` and the reads of the task's newest cached result,
-    one phrase per file ("x.jsonl changed", "y.jsonl new", "z.jsonl gone")."""
+def _changed_reads(root: Path, task_name: str, contents: dict[str, str], code: str | None) -> list[str]:
+    """What differs between `contents` and the reads of the task's newest cached result, one
+    phrase per file ("x.jsonl changed", "y.jsonl new", "z.jsonl gone"), and "realm's code
+    changed" where `code` is keyed on and that result recorded other code, or none."""
     entries = [p for p in (root / CACHE_DIR).glob(f"{task_name}-*.json") if len(p.stem) == len(task_name) + 33]
     newest = max(entries, key=lambda p: p.stat().st_mtime_ns, default=None)
-    before = (_read_entry(newest) or {}).get("reads") if newest else None
+    entry = (_read_entry(newest) or {}) if newest else {}
+    before = entry.get("reads")
     if before is None:
         return []
-    return [
+    changes = [
         f"{path} {'new' if path not in before else 'gone' if path not in contents else 'changed'}"
         for path in sorted(before.keys() | contents.keys())
         if before.get(path) != contents.get(path)
     ]
+    return changes + (["realm's code changed"] if code is not None and entry.get("code") != code else [])
 
 
 def _writes_digest(writes: Iterable[str | os.PathLike], root: Path) -> dict[str, str | None]:
@@ -140,8 +177,8 @@ def _read_entry(path: Path) -> dict | None:
         entry = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
-    # Entries written before the reads' digests were recorded have no "reads".
-    return entry if isinstance(entry, dict) and entry.keys() - {"reads"} == {"result", "writes"} else None
+    # Entries written before the reads' digests (or the code's) were recorded have no "reads" ("code").
+    return entry if isinstance(entry, dict) and entry.keys() - {"reads", "code"} == {"result", "writes"} else None
 
 
 def _in_cache(value, root: Path):

@@ -100,10 +100,11 @@ def evaluate(run: RunParams = RunParams(), params: EvaluateParams = EvaluatePara
     layout = RunLayout.at(run.output)
     answered = layout.corpus(corpus) if corpus else layout
     qa_files = params.qa or evaluation_qa_paths()
-    # Answering is deterministic: the same questions, checkpoint, index, blocks and code give
-    # the same predictions, so a reproduction resumed does not answer every row's again.
+    # Answering is deterministic: the same questions, checkpoint, index, blocks and code (all of
+    # realm's: the reader and answering code the task calls) give the same predictions, so a
+    # reproduction resumed does not answer every row's again.
     reads = [*qa_files, trained.checkpoint, trained.index, answered.blocks, tagged_entities(answered.blocks)]
-    stage = cached_in_run(evaluate_qa, layout, reads=reads, writes=[answered.predictions])
+    stage = cached_in_run(evaluate_qa, layout, reads=reads, writes=[answered.predictions], all_code=True)
     metrics = stage(
         str(answered.root), trained.model_preset, qa_files, params, run.device, str(trained.checkpoint), str(trained.index),
     )

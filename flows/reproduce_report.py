@@ -153,6 +153,33 @@ def _paired_table(root: Path, first_seed: int, baseline: str, seeds: list[int], 
     return f"{title}{left_out}\n\n{table}"
 
 
+def json_table(rows: list[dict]) -> dict:
+    """{system: {dataset: scores}} (`realm reproduce --json`): EM and recall@5 averaged over the
+    system's fine-tuning seeds, and each seed's EM in the order of `seeds`."""
+    table: dict[str, dict[str, dict]] = {}
+    for (system, dataset), cells in by_system_and_dataset(rows).items():
+        table.setdefault(system, {})[dataset] = {
+            "em": mean_over_seeds(cells, "exact_match"), "em_per_seed": [cell["exact_match"] for cell in cells],
+            "seeds": [cell["seed"] for cell in cells], "recall_at_5": mean_over_seeds(cells, "recall_at_5"),
+            "zero_shot_recall_at_5": cells[0]["zero_shot_recall_at_5"], "n": cells[0]["n"],
+        }
+    return table
+
+
+def by_system_and_dataset(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """`rows` grouped by (system, dataset), the systems in the table's order, each group's
+    fine-tuning seeds in order."""
+    grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for row in table_rows(rows):
+        grouped[row["system"], row["dataset"]].append(row)
+    return grouped
+
+
+def mean_over_seeds(cells: list[dict], key: str) -> float:
+    """`key` averaged over one (system, dataset)'s rows, a row per fine-tuning seed."""
+    return sum(cell[key] for cell in cells) / len(cells)
+
+
 def _cell(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
 
@@ -165,10 +192,8 @@ def _plot(rows: list[dict], path: Path) -> None:
 
     systems = list(dict.fromkeys(r["system"] for r in rows))
     datasets = sorted({r["dataset"] for r in rows})
-    seeded = defaultdict(list)
-    for r in rows:
-        seeded[r["system"], r["dataset"]].append(r["exact_match"])
-    value = {key: sum(ems) / len(ems) for key, ems in seeded.items()}  # a system's bar: the mean over its seeds
+    seeded = by_system_and_dataset(rows)
+    value = {key: mean_over_seeds(cells, "exact_match") for key, cells in seeded.items()}  # a system's bar
     width = 0.8 / max(len(datasets), 1)
     figure, axis = pyplot.subplots(figsize=(max(6, 1.3 * len(systems)), 3.6))
     for offset, dataset in enumerate(datasets):
@@ -176,7 +201,7 @@ def _plot(rows: list[dict], path: Path) -> None:
                  [value.get((s, dataset), 0.0) for s in systems], width, label=dataset)
     axis.set_xticks([i + width * (len(datasets) - 1) / 2 for i in range(len(systems))])
     axis.set_xticklabels(systems, rotation=25, ha="right", fontsize=8)
-    several = any(len(ems) > 1 for ems in seeded.values())
+    several = any(len(cells) > 1 for cells in seeded.values())
     axis.set_ylabel("exact match, mean over each system's seeds" if several else "exact match")
     axis.legend(fontsize=8)
     axis.grid(axis="y", alpha=0.3)

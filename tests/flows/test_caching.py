@@ -1,9 +1,14 @@
+import inspect
 import json
 import pickle
+import tomllib
+from pathlib import Path
 
 from prefect import flow, task
 
-from realm.flows.caching import CACHE_DIR, cached_in_run
+import realm.flows.caching
+from realm.flows.caching import CACHE_DIR, REALM_PACKAGES, cached_in_run, source_digest
+from realm.model.training.stage_inputs import json_digest
 from realm.schemas.run_layout import RunLayout
 
 CALLS = []
@@ -16,8 +21,8 @@ def count_words(text: str, scale: int) -> dict:
 
 
 @flow
-def counting_flow(root: str, text: str, scale: int = 1) -> dict:
-    return cached_in_run(count_words, RunLayout.at(root))(text, scale)
+def counting_flow(root: str, text: str, scale: int = 1, all_code: bool = False) -> dict:
+    return cached_in_run(count_words, RunLayout.at(root), all_code=all_code)(text, scale)
 
 
 class WritesAMarker:
@@ -56,3 +61,47 @@ def test_a_crafted_pickle_where_a_result_lives_is_never_loaded(tmp_path):
     assert not marker.exists()
     assert CALLS == ["x y", "x y"]  # the stage ran again
     assert json.loads(entry.read_text())["result"] == {"words": 2, "text": "x y"}
+
+
+def test_a_stage_keyed_on_realms_code_runs_again_when_it_changed_and_says_so(tmp_path, monkeypatch, caplog):
+    CALLS.clear()
+    counting_flow(str(tmp_path / "evaluation"), "a b", all_code=True)
+    counting_flow(str(tmp_path / "training"), "a b")
+    counting_flow(str(tmp_path / "evaluation"), "a b", all_code=True)
+    assert CALLS == ["a b", "a b"]
+    monkeypatch.setattr(realm.flows.caching, "CODE_DIGEST", "0" * 64)  # the reader's code edited, say
+    caplog.clear()
+    assert counting_flow(str(tmp_path / "evaluation"), "a b", all_code=True) == {"words": 2, "text": "a b"}
+    assert CALLS == ["a b", "a b", "a b"]
+    assert "count-words: realm's code changed since its last cached run; running the stage again" in caplog.messages
+    counting_flow(str(tmp_path / "evaluation"), "a b", all_code=True)
+    counting_flow(str(tmp_path / "training"), "a b")  # keyed on its task's source alone: still done
+    assert CALLS == ["a b", "a b", "a b"]
+
+
+def test_a_stage_keyed_on_its_task_alone_keeps_the_results_cached_before_realm_keyed_any_on_code(tmp_path):
+    CALLS.clear()
+    # The key as every stage had it before `all_code`: the task's source, its arguments, its reads.
+    key = json_digest([inspect.getsource(count_words.fn), [["c d", 1], {}], {}])[:32]
+    entry = {"result": {"words": 5, "text": "cached"}, "writes": {}, "reads": {}}
+    (tmp_path / CACHE_DIR).mkdir()
+    (tmp_path / CACHE_DIR / f"count-words-{key}.json").write_text(json.dumps(entry))
+    assert counting_flow(str(tmp_path), "c d") == {"words": 5, "text": "cached"}
+    assert CALLS == []
+    assert counting_flow(str(tmp_path), "c d", all_code=True) == {"words": 2, "text": "c d"}  # keyed on code: a miss
+    assert CALLS == ["c d"]
+
+
+def test_the_code_digest_covers_every_python_file_of_realms_packages(tmp_path, monkeypatch):
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert set(REALM_PACKAGES) == {p for p in pyproject["tool"]["setuptools"]["packages"] if p.count(".") == 1}
+    package = tmp_path / "digested"
+    (package / "inner").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "inner" / "reader.py").write_text("SPAN = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = source_digest(["digested"])
+    (package / "notes.txt").write_text("not code")
+    assert source_digest(["digested"]) == before
+    (package / "inner" / "reader.py").write_text("SPAN = 2\n")  # a module two levels down
+    assert source_digest(["digested"]) != before

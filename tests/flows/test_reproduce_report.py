@@ -1,4 +1,4 @@
-from realm.flows.reproduce_report import paired_markdown, results_markdown
+from realm.flows.reproduce_report import json_table, paired_markdown, results_markdown
 
 ROWS = [
     {"system": system, "dataset": "nq", "n": 146, "exact_match": em, "reader_accuracy": 0.25, "recall_at_5": 0.3,
@@ -38,6 +38,19 @@ def test_each_fine_tuning_seed_is_a_line_of_its_own_in_seed_order():
         ["| bm25", "0.050"], ["| bm25", "0.150"], ["| orqa", "0.070"], ["| orqa", "0.170"],
     ]
     assert [line.split(" | ")[-1] for line in lines[2:6]] == ["0 |", "1 |", "0 |", "1 |"]
+
+
+def test_the_json_table_averages_each_system_over_its_seeds_and_names_each_seed():
+    seeded = [dict(ROWS[0], seed=1, exact_match=0.15, recall_at_5=0.5), dict(ROWS[1], dataset="wq", n=177)] + ROWS
+    table = json_table(seeded)
+    assert list(table) == ["bm25", "orqa"] and list(table["orqa"]) == ["wq", "nq"]
+    assert table["bm25"]["nq"] == {
+        "em": 0.1, "em_per_seed": [0.05, 0.15], "seeds": [0, 1], "recall_at_5": 0.4, "zero_shot_recall_at_5": 0.2,
+        "n": 146,
+    }
+    assert table["orqa"]["wq"] == {
+        "em": 0.07, "em_per_seed": [0.07], "seeds": [0], "recall_at_5": 0.3, "zero_shot_recall_at_5": 0.2, "n": 177,
+    }
 
 
 def test_a_system_is_paired_only_on_seeds_it_shares_with_the_baseline_and_a_lost_run_is_named(tmp_path):
