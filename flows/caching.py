@@ -9,10 +9,12 @@ file edited in place is a new input. Evaluation keys on all of realm's code too
 costs seconds to minutes, so after a change it answers again rather than serve answers from
 before it. Preparation and training key on their task alone: a training stage run again
 resumes from its own checkpoints whatever the code, and re-preparing after an unrelated edit
-could write different bytes, which every later stage keyed on them would train again for. A
-result is reused only while what the stage `writes` (its checkpoints, the prepared artifacts)
-holds what it held when the result was cached: a stage run since on other inputs replaced
-them, and the stage runs again. A stage that runs again because a file it reads (or the code
+writes the same rows as other bytes (Beam splits them among shards otherwise from run to run:
+three preparations of the vital corpus wrote the same documents and blocks in three byte
+layouts), which every later stage keyed on them would train again for. A result is reused
+only while what the stage `writes` (its checkpoints, the prepared artifacts) holds what it
+held when the result was cached: a stage run since on other inputs replaced them, and the
+stage runs again. A stage that runs again because a file it reads (or the code
 it keys on) changed says so (against the task's newest cached result); a file outside the
 machine (`gs://...`) is read through Beam's file systems. Paths inside the run are recorded
 relative to it, in the key and in the result, so a run folder copied or moved elsewhere hits
