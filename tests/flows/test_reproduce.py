@@ -140,6 +140,8 @@ def test_each_system_fine_tunes_on_every_seed_from_its_starts_and_is_paired_with
     # Every seed starts from the same ICT stage and index: only its own fine-tuning is added.
     assert seconds["orqa", 4] == stage["prepare"] + stage["ict"] + stage["ict_index"] + stage["finetune_orqa_seed4"]
     assert seconds["bm25", 3] == stage["prepare"] + stage["bm25_index_bm25"] + stage["finetune_bm25"]
+    zero_shot = {(r["system"], r["seed"], r["dataset"]): r["zero_shot_recall_at_5"] for r in rows}
+    assert zero_shot["orqa", 3, "nq"] == zero_shot["orqa", 4, "nq"]
     last_checkpoints = [sorted((systems / root / "checkpoints" / "finetune").glob("*/manifest.json"))[-1]
                         for root in ("orqa", "orqa_seed4")]
     assert last_checkpoints[0].parent.name == last_checkpoints[1].parent.name
