@@ -180,7 +180,12 @@ def with_overrides(stage, assignments: list[str]):
     try:
         return type(stage).model_validate(values)
     except ValidationError as error:
-        raise SystemExit(f"--param: {'; '.join(_reason(e) for e in error.errors())}") from None
+        raise SystemExit(f"--param: {_reasons(error)}") from None
+
+
+def _reasons(error: ValidationError) -> str:
+    """A ValidationError's errors on one line, each as `_reason` puts it."""
+    return "; ".join(_reason(e) for e in error.errors())
 
 
 def _reason(error: dict) -> str:
@@ -552,7 +557,7 @@ def _check_inputs(args: argparse.Namespace) -> None:
         try:
             args.reproduce_params = _reproduce_params(args)
         except ValidationError as error:  # a refused setting; inside a flow one is a bug, and keeps its traceback
-            raise SystemExit(f"realm reproduce: {'; '.join(_reason(e) for e in error.errors())}") from None
+            raise SystemExit(f"realm reproduce: {_reasons(error)}") from None
 
 
 def _positive_int(value: str) -> int:
