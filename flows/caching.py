@@ -8,10 +8,12 @@ file edited in place is a new input. Evaluation keys on all of realm's code too
 (`CODE_DIGEST`): its result depends on the reader and answering code its task calls, and it
 costs seconds to minutes, so after a change it answers again rather than serve answers from
 before it. Preparation and training key on their task alone: a training stage run again
-resumes from its own checkpoints whatever the code, and re-preparing after an unrelated edit
-writes the same rows as other bytes (Beam splits them among shards otherwise from run to run:
-three preparations of the vital corpus wrote the same documents and blocks in three byte
-layouts), which every later stage keyed on them would train again for. A result is reused
+resumes from its own checkpoints whatever the code, and preparing a full Wikipedia dump again
+takes hours. A prepared artifact is read as its rows, not its bytes (its manifest's rows
+digest, `realm.schemas.rows_digest`): Beam splits the same rows among shards otherwise from
+run to run (three preparations of the vital corpus wrote the same documents and blocks in
+three byte layouts), and a corpus prepared again with the same rows leaves every later
+stage's cached result and checkpoints in use. A result is reused
 only while what the stage `writes` (its checkpoints, the prepared artifacts) holds what it
 held when the result was cached: a stage run since on other inputs replaced them, and the
 stage runs again. A stage that runs again because a file it reads (or the code

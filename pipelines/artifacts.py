@@ -1,12 +1,16 @@
 """Reading and writing artifact directories from Beam, always through a `realm.schemas` schema.
 
 `WriteArtifact` writes `<output>/<name>/part-*.parquet`; an empty PCollection still yields a
-valid (empty) table, so downstream readers never have to special-case a clean run.
+valid (empty) table, so downstream readers never have to special-case a clean run. Beside the
+shards it writes `<file prefix>.rows.json`, the count and hash sum of the rows it wrote
+(`realm.schemas.rows_digest`), which the staged artifact's manifest takes in
+(`realm.pipelines.staging`).
 `ReadArtifact` reads the shards back and validates every file against the schema.
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 import apache_beam as beam
@@ -17,6 +21,10 @@ from apache_beam.io.filesystems import FileSystems
 
 from realm.schemas.dead_letter import DEAD_LETTER
 from realm.schemas.io import validate_table
+from realm.schemas.rows_digest import MODULUS, row_hash, rows_entry
+
+# `<prefix>.rows.json`: the rows a WriteArtifact wrote under that file prefix.
+ROWS_FILE_SUFFIX = ".rows.json"
 
 
 def artifact_dir(output: str, name: str) -> str:
@@ -44,12 +52,52 @@ class WriteArtifact(beam.PTransform):
     def expand(self, records):
         # num_shards=0 lets the runner choose; Beam writes one empty shard for an empty input,
         # which keeps "an empty dead-letter table is still written" true without a side path.
-        return records | "Parquet" >> beam.io.WriteToParquet(
+        written = records | "Parquet" >> beam.io.WriteToParquet(
             FileSystems.join(self.directory, self.file_prefix),
             self.schema,
             file_name_suffix=".parquet",
             num_shards=self.num_shards,
         )
+        # An empty input still gives its entry (count 0): CombineGlobally emits the empty sum.
+        _ = (
+            records
+            | "SumRowHashes" >> beam.CombineGlobally(_SumRowHashes(self.schema.names))
+            | "WriteRows" >> beam.Map(_write_rows_file, rows_file(self.directory, self.file_prefix))
+        )
+        return written
+
+
+class _SumRowHashes(beam.CombineFn):
+    """(row count, sum of the rows' hashes) of a PCollection, as a manifest's rows entry."""
+
+    def __init__(self, columns: list[str]):
+        self.columns = list(columns)
+
+    def create_accumulator(self) -> tuple[int, int]:
+        return 0, 0
+
+    def add_input(self, accumulator: tuple[int, int], row: dict) -> tuple[int, int]:
+        count, total = accumulator
+        return count + 1, (total + row_hash(row, self.columns)) % MODULUS
+
+    def merge_accumulators(self, accumulators) -> tuple[int, int]:
+        count, total = 0, 0
+        for more, added in accumulators:
+            count, total = count + more, (total + added) % MODULUS
+        return count, total
+
+    def extract_output(self, accumulator: tuple[int, int]) -> dict:
+        return rows_entry(*accumulator)
+
+
+def rows_file(directory: str, file_prefix: str) -> str:
+    """Where a WriteArtifact into `directory` puts the rows entry of its `file_prefix` shards."""
+    return FileSystems.join(directory, file_prefix + ROWS_FILE_SUFFIX)
+
+
+def _write_rows_file(entry: dict, path: str) -> None:
+    with FileSystems.create(path) as handle:
+        handle.write(json.dumps(entry).encode("utf-8"))
 
 
 class _ReadValidatedFn(beam.DoFn):

@@ -3,7 +3,10 @@
 A pipeline writes into `<output>/.staging-<name>-<pid>/`; when it has finished, each staged
 artifact directory replaces the run's (the old one deleted whole, with anything Beam left in
 it) and each staged file replaces the run's file. Each staged artifact gets a manifest of its
-files' sizes and sha256 first (`realm.schemas.manifest`), which readers check. A pipeline
+files' sizes and sha256 first (`realm.schemas.manifest`), which readers check, and of its rows
+(count and hash sum per file prefix, `realm.schemas.rows_digest`) where the pipeline summed
+them for every file prefix there, so a stage keyed on the artifact knows the same rows written
+in other shards as the same (`realm.model.training.stage_inputs.content_digest`). A pipeline
 that fails before that leaves the run exactly as it was, and the staging directory is
 removed either way. A single stage run on its own (`realm.pipelines.execution.run_single_stage`)
 shares `dead_letter/` with the stages before it: it replaces only its own shards there
@@ -24,8 +27,11 @@ from collections.abc import Iterator
 
 from apache_beam.io.filesystems import FileSystems
 
+from realm.pipelines.artifacts import ROWS_FILE_SUFFIX, rows_file
+from realm.schemas.io import shard_prefix
 from realm.schemas.leftovers import remove_leftovers
 from realm.schemas.manifest import MANIFEST_FILE, stream_sha256
+from realm.schemas.rows_digest import ROWS_KEY
 
 STAGING_PREFIX = ".staging-"
 
@@ -43,10 +49,12 @@ def staged_output(output: str, name: str) -> Iterator[str]:
 
 
 def write_manifests(staging: str, artifacts: list[str]) -> None:
-    """`<staging>/<artifact>/manifest.json` for each of `artifacts`: every file's size and sha256."""
+    """`<staging>/<artifact>/manifest.json` for each of `artifacts`: every file's size and
+    sha256, and the rows entries `WriteArtifact` left beside them (taken in and removed)."""
     for artifact in artifacts:
         directory = FileSystems.join(staging, artifact)
-        _write_manifest(directory, _listing(_files(directory)))
+        rows = _take_rows_files([m.path for m in _files(directory, f"*{ROWS_FILE_SUFFIX}")])
+        _write_manifest(directory, _listing(_files(directory)), rows)
 
 
 def move_into_place(staging: str, output: str, artifacts: list[str], files: list[str]) -> None:
@@ -70,18 +78,32 @@ def replace_shards(staging: str, output: str, artifact: str, prefix: str) -> Non
     what it listed of the others (one written by an older realm may list none)."""
     target = FileSystems.join(output, artifact)
     before = {FileSystems.split(m.path)[1]: m.path for m in _files(target)}
-    listed = {}
+    manifest = {}
     if MANIFEST_FILE in before:
         with FileSystems.open(before[MANIFEST_FILE], compression_type="uncompressed") as handle:
-            listed = json.loads(handle.read().decode("utf-8"))["files"]
+            manifest = json.loads(handle.read().decode("utf-8"))
     old = [path for name, path in before.items() if name.startswith(f"{prefix}-")]
     if old:
         FileSystems.delete(old)
     staged = _files(FileSystems.join(staging, artifact), f"{prefix}-*")
     _make_dirs(target)
     FileSystems.rename([m.path for m in staged], [FileSystems.join(target, FileSystems.split(m.path)[1]) for m in staged])
-    kept = {name: entry for name, entry in listed.items() if not name.startswith(f"{prefix}-")}
-    _write_manifest(target, kept | _listing(_files(target, f"{prefix}-*")))
+    kept = {name: entry for name, entry in manifest.get("files", {}).items() if not name.startswith(f"{prefix}-")}
+    staged_rows = rows_file(FileSystems.join(staging, artifact), prefix)
+    rows = _take_rows_files([staged_rows] if FileSystems.exists(staged_rows) else [])
+    kept_rows = {name: entry for name, entry in (manifest.get(ROWS_KEY) or {}).items() if name != prefix}
+    _write_manifest(target, kept | _listing(_files(target, f"{prefix}-*")), kept_rows | rows)
+
+
+def _take_rows_files(paths: list[str]) -> dict[str, dict]:
+    """{file prefix: rows entry} of the `<prefix>.rows.json` files at `paths`, which are removed."""
+    rows = {}
+    for path in paths:
+        with FileSystems.open(path, compression_type="uncompressed") as handle:
+            rows[FileSystems.split(path)[1][: -len(ROWS_FILE_SUFFIX)]] = json.loads(handle.read().decode("utf-8"))
+    if paths:
+        FileSystems.delete(paths)
+    return rows
 
 
 def _listing(matches: list) -> dict[str, dict]:
@@ -93,13 +115,20 @@ def _listing(matches: list) -> dict[str, dict]:
     return files
 
 
-def _write_manifest(directory: str, files: dict[str, dict]) -> None:
+def _write_manifest(directory: str, files: dict[str, dict], rows: dict[str, dict]) -> None:
+    """The manifest of `files`, with `rows` where they are those of exactly the shards' prefixes
+    (rows that miss a prefix, as a manifest an older realm wrote records none, would tell a
+    stage the artifact holds fewer rows than it does)."""
+    manifest = {"files": dict(sorted(files.items()))}
+    prefixes = {shard_prefix(name) for name in files}
+    if rows and prefixes == rows.keys():
+        manifest[ROWS_KEY] = dict(sorted(rows.items()))
     # Written aside and renamed over the old one: rewritten in place, a crash would leave half a
     # manifest, and a run copied with hard links (as the tests copy one) would see its copy's change.
     path = FileSystems.join(directory, MANIFEST_FILE)
     aside = f"{path}.tmp-{os.getpid()}"
     with FileSystems.create(aside) as handle:
-        handle.write(json.dumps({"files": dict(sorted(files.items()))}, indent=2).encode("utf-8"))
+        handle.write(json.dumps(manifest, indent=2).encode("utf-8"))
     FileSystems.rename([aside], [path])
 
 

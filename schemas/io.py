@@ -30,6 +30,12 @@ ROW_ORDER = b"realm.row_order"
 ADDED_ON = b"realm.added_on"
 
 
+def shard_prefix(name: str) -> str | None:
+    """The prefix of a file named as Beam names shards (`<prefix>-00000-of-00002.parquet`), or None."""
+    match = _SHARD_NAME.fullmatch(name)
+    return match["prefix"] if match else None
+
+
 class ArtifactError(ValueError):
     """A file of an artifact that cannot be used as it is; the message names the file."""
 

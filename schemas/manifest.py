@@ -3,7 +3,8 @@
 A published step (`realm.model.publish`: checkpoints, indexes, embeddings), a prepared
 artifact (`realm prepare` writes one into each artifact directory once the pipeline has
 succeeded) and `predictions/` carry `manifest.json`: `{"files": {relative path: {"size",
-"sha256"}}, ...}` plus what the writer adds. `verify_step` checks a directory against it and
+"sha256"}}, ...}` plus what the writer adds (a prepared artifact: its rows per file prefix,
+`realm.schemas.rows_digest`). `verify_step` checks a directory against it and
 names the first file that is missing, of another size or altered. A file can go bad after it
 was written (a disk that filled up, a copy cut short, a flipped bit), and an uncompressed
 Parquet page with flipped bytes still reads, as other text or other token ids.
@@ -14,8 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import BinaryIO
+
+from realm.schemas.rows_digest import ROWS_KEY
 
 MANIFEST_FILE = "manifest.json"
 
@@ -40,7 +44,17 @@ def read_manifest(directory: str | os.PathLike) -> dict:
     for name, listed in _listed_files(manifest).items():
         if not isinstance(listed.get("sha256") if isinstance(listed, dict) else None, str):
             raise IntegrityError(f"{path}: {name!r} is listed without its sha256")
+    rows = manifest.get(ROWS_KEY, {})
+    if not isinstance(rows, dict) or not all(_is_rows_entry(entry) for entry in rows.values()):
+        raise IntegrityError(f"{path}: {ROWS_KEY!r} is not a row count and hash sum per file prefix")
     return manifest
+
+
+def _is_rows_entry(entry) -> bool:
+    return (
+        isinstance(entry, dict) and type(entry.get("count")) is int
+        and isinstance(entry.get("sum"), str) and re.fullmatch("[0-9a-f]+", entry["sum"]) is not None
+    )
 
 
 def verify_step(directory: str | os.PathLike, *, contents: bool = True) -> dict:

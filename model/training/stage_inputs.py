@@ -3,10 +3,12 @@ so that a stage resumes only on the same inputs: the content of the data it read
 checkpoint or index it starts from, every setting but those that leave the steps unchanged,
 and the seed. `realm.model.training.trainer` starts a new stage when any of them changed.
 
-Content, not paths: a file is its sha256; a published step directory (a checkpoint, an index)
-the file list of its manifest (sizes and sha256s, written last); any other directory (a
-Parquet artifact) the sha256s of its files. So a run folder copied elsewhere resumes, and a
-question file edited in place does not.
+Content, not paths: a file is its sha256; a prepared artifact whose manifest records its rows
+the digest of those rows (`realm.schemas.rows_digest`: the same rows in other shards, as a
+preparation run again writes them, are the same input); a published step directory (a
+checkpoint, an index) or an artifact prepared before rows were recorded the file list of its
+manifest (sizes and sha256s, written last); any other directory the sha256s of its files. So
+a run folder copied elsewhere resumes, and a question file edited in place does not.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from realm.model.publish import MANIFEST_FILE, file_sha256, read_manifest
+from realm.schemas.rows_digest import ROWS_KEY, rows_digest
 
 # Settings that leave every step as it was: how long a stage runs (a resumed stage may go on
 # for longer), how often it reports, checkpoints and evaluates, how many checkpoints it keeps,
@@ -38,6 +41,8 @@ def content_digest(path: str | os.PathLike) -> str:
         return file_sha256(path)
     if (path / MANIFEST_FILE).is_file():
         manifest = read_manifest(path)
+        if ROWS_KEY in manifest:
+            return rows_digest(manifest[ROWS_KEY])
         return json_digest(manifest.get("files", manifest.get("sha256")))  # indexes published before sizes: digests alone
     if path.is_dir():
         return json_digest({p.relative_to(path).as_posix(): file_sha256(p) for p in sorted(path.rglob("*")) if p.is_file()})

@@ -1,6 +1,7 @@
 """A stage keys on its inputs' content, and a run folder is self-contained (issue 14, items 2 and 3)."""
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from realm.flows.evaluate import evaluate
 from realm.flows.finetune_openqa import finetune_openqa
 from realm.flows.ict_warm_start import ict_warm_start
 from realm.flows.params import EvaluateParams
+from realm.flows.prepare import realm_prepare
 from realm.flows.realm_pretrain import realm_pretrain
 from realm.model.networks.checkpoint import checkpoint_inputs
 from realm.model.publish import read_manifest
@@ -36,6 +38,23 @@ def test_a_question_file_edited_in_place_starts_a_new_fine_tuning_stage(run_root
     assert Path(second["checkpoint"]).parent.parent == run_root / "checkpoints" / "finetune"
     first_inputs = checkpoint_inputs(next(p for p in superseded.iterdir() if p.name.isdigit()))
     assert first_inputs["data"]["questions"] != checkpoint_inputs(second["checkpoint"])["data"]["questions"]
+
+
+def test_a_corpus_prepared_again_into_other_shards_leaves_the_stage_after_it_done(run_root, caplog):
+    """The same articles prepared again with the main job's two worker processes: Beam splits
+    the rows among other shards than the in-process runner did, and fine-tuning, keyed on
+    the blocks and their entities by their rows, is not trained again."""
+    params = tiny_params(run_root)
+    finetune = params.finetune.model_copy(update={"retriever": "bm25"})
+    first = finetune_openqa(params.run, finetune)
+    shards = {name: read_manifest(run_root / name)["files"] for name in ("blocks", "block_entities")}
+
+    realm_prepare(params.run, params.prepare)
+
+    assert {name: read_manifest(run_root / name)["files"] for name in shards} != shards
+    with caplog.at_level(logging.INFO):
+        assert finetune_openqa(params.run, finetune) == first
+    assert any(m.startswith("realm-train-finetune: done before with these inputs") for m in caplog.messages)
 
 
 def test_evaluation_answers_again_only_when_its_questions_checkpoint_or_index_change(run_root, tmp_path):

@@ -1,4 +1,5 @@
-"""A manifest that parses but lists no files, or a file without its sha256, vouches for nothing."""
+"""A manifest that parses but lists no files, or a file without its sha256, or rows without their
+count and sum, vouches for nothing."""
 
 import hashlib
 import json
@@ -18,6 +19,10 @@ from realm.schemas.manifest import IntegrityError, verify_step
         ({"files": {"data.bin": 4}}, "'data.bin' is listed without its sha256"),
         ({"files": {"data.bin": {"size": 4}}}, "'data.bin' is listed without its sha256"),
         ({"sha256": {"data.bin": None}}, "'data.bin' is listed without its sha256"),
+        ({"files": {"data.bin": {"sha256": "ab"}}, "rows": {"part": {"count": 1}}},
+         "'rows' is not a row count and hash sum per file prefix"),
+        ({"files": {"data.bin": {"sha256": "ab"}}, "rows": {"part": {"count": 1, "sum": "xyz"}}},
+         "'rows' is not a row count and hash sum per file prefix"),
     ],
 )
 def test_a_manifest_that_lists_no_file_with_its_sha256_is_an_integrity_error(tmp_path, manifest, reason):

@@ -5,6 +5,7 @@ import pytest
 from realm.model.publish import MANIFEST_FILE
 from realm.model.training.stage_inputs import changed_inputs, content_digest, json_digest, stage_inputs
 from realm.model.training.stage_settings import IctConfig
+from realm.schemas.rows_digest import ROWS_KEY, rows_digest, rows_entry
 
 
 def test_content_is_digested_not_the_path_a_published_step_by_its_manifest(tmp_path):
@@ -25,6 +26,15 @@ def test_content_is_digested_not_the_path_a_published_step_by_its_manifest(tmp_p
     assert content_digest(legacy) == json_digest({"index.faiss": "ab"})
     with pytest.raises(FileNotFoundError, match="gone: not found"):
         content_digest(tmp_path / "gone")
+
+
+def test_a_prepared_artifact_that_records_its_rows_is_digested_by_its_rows_not_its_files(tmp_path):
+    rows = {"prepare": rows_entry(2, 12345)}
+    for name, files in (("a", {"prepare-00000-of-00001.parquet": {"size": 9, "sha256": "ab"}}),
+                        ("b", {f"prepare-0000{n}-of-00002.parquet": {"size": 5, "sha256": f"c{n}"} for n in range(2)})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / MANIFEST_FILE).write_text(json.dumps({"files": files, ROWS_KEY: rows}))
+    assert content_digest(tmp_path / "a") == content_digest(tmp_path / "b") == rows_digest(rows)
 
 
 def test_changed_inputs_name_the_data_and_the_settings_with_their_values(tmp_path):
