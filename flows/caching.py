@@ -5,22 +5,24 @@ skipped on a re-run with the same inputs and the same code: the key hashes the t
 its arguments and the content of the files it `reads` (question files, the corpus, the
 checkpoint and index it starts from: `realm.model.training.stage_inputs.content_digest`), so a
 file edited in place is a new input. Evaluation keys on all of realm's code too
-(`CODE_DIGEST`): its result depends on the reader and answering code its task calls, and it
-costs seconds to minutes, so after a change it answers again rather than serve answers from
-before it. Preparation and training key on their task alone: a training stage run again
-resumes from its own checkpoints whatever the code, and preparing a full Wikipedia dump again
-takes hours. A prepared artifact is read as its rows, not its bytes (its manifest's rows
-digest, `realm.schemas.rows_digest`): Beam splits the same rows among shards otherwise from
-run to run (three preparations of the vital corpus wrote the same documents and blocks in
-three byte layouts), and a corpus prepared again with the same rows leaves every later
-stage's cached result and checkpoints in use. A result is reused
-only while what the stage `writes` (its checkpoints, the prepared artifacts) holds what it
-held when the result was cached: a stage run since on other inputs replaced them, and the
-stage runs again. A stage that runs again because a file it reads (or the code
-it keys on) changed says so (against the task's newest cached result); a file outside the
-machine (`gs://...`) is read through Beam's file systems. Paths inside the run are recorded
-relative to it, in the key and in the result, so a run folder copied or moved elsewhere hits
-its cache and gets paths inside the copy.
+(`CODE_DIGESTS["realm"]`): its result depends on the reader and answering code its task
+calls, and it costs seconds to minutes, so after a change it answers again rather than serve
+answers from before it. Preparation keys on the code it runs (`CODE_DIGESTS["prepare"]`: the
+pipelines, the schemas, the tokenizer; not the tokenizer's files or installed packages), so
+an edit to how blocks or examples are made prepares the corpus again instead of training on
+artifacts from before it. Where the rows come out the same, no stage after it trains again
+for it: a prepared artifact is read as its rows, not its bytes (its manifest's rows digest,
+`realm.schemas.rows_digest`; Beam splits the same rows among shards otherwise from run to
+run), and one whose rows did not change is left as it was (`realm.pipelines.staging`), so
+every later stage's cached result and checkpoints stay in use. Training keys on its task
+alone: a training stage run again resumes from its own checkpoints whatever the code. A
+result is reused only while what the stage `writes` (its checkpoints, the prepared
+artifacts) holds what it held when the result was cached: a stage run since on other inputs
+replaced them, and the stage runs again. A stage that runs again because a file it reads (or
+the code it keys on) changed says so (against the task's newest cached result); a file
+outside the machine (`gs://...`) is read through Beam's file systems. Paths inside the run
+are recorded relative to it, in the key and in the result, so a run folder copied or moved
+elsewhere hits its cache and gets paths inside the copy.
 
 Prefect's own result persistence is not used: it pickles results and unpickles them on a
 cache hit, so anyone able to write a run folder could run code as whoever runs the flow next.
@@ -38,6 +40,7 @@ import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Literal
 
 from prefect import get_run_logger
 from prefect.cache_policies import NO_CACHE
@@ -51,8 +54,11 @@ from realm.schemas.run_layout import RunLayout
 CACHE_DIR = ".realm-cache"
 # How a path inside the run is written in a key or a cached result: "$RUN/checkpoints/ict/40".
 RUN_ROOT = "$RUN"
-# realm's top-level packages (pyproject.toml's): the code an `all_code` stage is keyed on.
+# realm's top-level packages (pyproject.toml's): the code evaluation is keyed on.
 REALM_PACKAGES = ("realm.cli", "realm.flows", "realm.model", "realm.pipelines", "realm.schemas")
+# What preparation runs: the Beam pipelines, the schemas they write through, and the two
+# modules of the model side they import (the tokenizer that makes wordpieces, the progress meter).
+PREPARE_MODULES = ("realm.pipelines", "realm.schemas", "realm.model.tokenization", "realm.model.progress")
 
 
 def cached_in_run(
@@ -60,20 +66,20 @@ def cached_in_run(
     layout: RunLayout,
     reads: Iterable[str | os.PathLike | None] = (),
     writes: Iterable[str | os.PathLike] = (),
-    all_code: bool = False,
+    code: Literal["realm", "prepare"] | None = None,
 ) -> Callable[..., dict]:
     """`task`, skipped when the run holds its JSON result for these arguments, this code (the
-    task's source, and with `all_code` every module of realm) and the content of `reads` (None
-    entries are skipped), and `writes` are as that result left them. A miss returns the result
-    as a hit would (JSON round-tripped)."""
+    task's source, and with `code` every module of `CODE_DIGESTS[code]`) and the content of
+    `reads` (None entries are skipped), and `writes` are as that result left them. A miss
+    returns the result as a hit would (JSON round-tripped)."""
     uncached = task.with_options(cache_policy=NO_CACHE, persist_result=False)
     root = layout.root
     reads, writes = [path for path in reads if path is not None], list(writes)
 
     def run(*args, **kwargs) -> dict:
         contents = read_digests(reads, root)
-        code = CODE_DIGEST if all_code else None
-        key = cache_key(task.fn, args, kwargs, root, contents, code)
+        digest = CODE_DIGESTS[code] if code else None
+        key = cache_key(task.fn, args, kwargs, root, contents, digest)
         path = root / CACHE_DIR / f"{task.name}-{key}.json"
         logger = get_run_logger()
         if path.is_file():
@@ -85,12 +91,12 @@ def cached_in_run(
             else:
                 logger.info("%s: done before with these inputs and code; result from %s", task.name, path)
                 return _in_run(entry["result"], root)
-        elif changes := _changed_reads(root, task.name, contents, code):
+        elif changes := _changed_reads(root, task.name, contents, digest):
             logger.info("%s: %s since its last cached run; running the stage again", task.name, "; ".join(changes))
         result = _in_cache(json.loads(json.dumps(uncached(*args, **kwargs), default=_plain)), root)
         entry = {"result": result, "writes": _writes_digest(writes, root), "reads": contents}
-        if code is not None:
-            entry["code"] = code
+        if digest is not None:
+            entry["code"] = digest
         write_atomically(path, json.dumps(entry, indent=1))
         return _in_run(result, root)
 
@@ -100,27 +106,30 @@ def cached_in_run(
 def cache_key(fn: Callable, args: tuple, kwargs: dict, root: Path, contents: dict[str, str], code: str | None) -> str:
     """sha256 of the function's source, its arguments (pydantic models by their JSON), the
     content digests of what it reads (`read_digests`), paths inside `root` written relative to
-    it, and `code` (`CODE_DIGEST`) where given."""
+    it, and `code` (one of `CODE_DIGESTS`) where given."""
     arguments = json.loads(json.dumps([list(args), kwargs], default=_plain))
     keyed = [inspect.getsource(fn), _in_cache(arguments, root), contents] + ([code] if code is not None else [])
     return json_digest(keyed)[:32]
 
 
-def source_digest(packages: Iterable[str]) -> str:
-    """sha256 of every Python file of `packages` (importable names), each by its path inside
-    its package and its bytes."""
+def source_digest(modules: Iterable[str]) -> str:
+    """sha256 of every Python file of `modules` (importable names: a package's files, each by
+    its path inside it, or a module's one file) and their bytes."""
     digest = hashlib.sha256()
-    for package in packages:
-        for directory in importlib.util.find_spec(package).submodule_search_locations:
-            for path in sorted(Path(directory).rglob("*.py")):
-                digest.update(f"{package}/{path.relative_to(directory).as_posix()}\0".encode())
-                digest.update(path.read_bytes())
+    for module in modules:
+        spec = importlib.util.find_spec(module)
+        directories = spec.submodule_search_locations
+        files = [(Path(d), p) for d in directories for p in sorted(Path(d).rglob("*.py"))] if directories else [
+            (Path(spec.origin).parent, Path(spec.origin))]
+        for directory, path in files:
+            digest.update(f"{module}/{path.relative_to(directory).as_posix()}\0".encode())
+            digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
 # Hashed when the flows are imported, before any stage runs (a few ms), so an edit made during
-# a long run does not key that run's evaluation on code it did not start with.
-CODE_DIGEST = source_digest(REALM_PACKAGES)
+# a long run does not key that run's stages on code it did not start with.
+CODE_DIGESTS = {"realm": source_digest(REALM_PACKAGES), "prepare": source_digest(PREPARE_MODULES)}
 
 
 def read_digests(reads: Iterable[str | os.PathLike], root: Path) -> dict[str, str]:
@@ -138,8 +147,8 @@ def _remote_digest(url: str) -> str:
 
 def _changed_reads(root: Path, task_name: str, contents: dict[str, str], code: str | None) -> list[str]:
     """What differs between `contents` and the reads of the task's newest cached result, one
-    phrase per file ("x.jsonl changed", "y.jsonl new", "z.jsonl gone"), and "realm's code
-    changed" where `code` is keyed on and that result recorded other code, or none."""
+    phrase per file ("x.jsonl changed", "y.jsonl new", "z.jsonl gone"), and "its code changed"
+    where `code` is keyed on and that result recorded other code, or none."""
     entries = [p for p in (root / CACHE_DIR).glob(f"{task_name}-*.json") if len(p.stem) == len(task_name) + 33]
     newest = max(entries, key=lambda p: p.stat().st_mtime_ns, default=None)
     entry = (_read_entry(newest) or {}) if newest else {}
@@ -151,7 +160,7 @@ def _changed_reads(root: Path, task_name: str, contents: dict[str, str], code: s
         for path in sorted(before.keys() | contents.keys())
         if before.get(path) != contents.get(path)
     ]
-    return changes + (["realm's code changed"] if code is not None and entry.get("code") != code else [])
+    return changes + (["its code changed"] if code is not None and entry.get("code") != code else [])
 
 
 def _writes_digest(writes: Iterable[str | os.PathLike], root: Path) -> dict[str, str | None]:

@@ -104,7 +104,7 @@ def evaluate(run: RunParams = RunParams(), params: EvaluateParams = EvaluatePara
     # realm's: the reader and answering code the task calls) give the same predictions, so a
     # reproduction resumed does not answer every row's again.
     reads = [*qa_files, trained.checkpoint, trained.index, answered.blocks, tagged_entities(answered.blocks)]
-    stage = cached_in_run(evaluate_qa, layout, reads=reads, writes=[answered.predictions], all_code=True)
+    stage = cached_in_run(evaluate_qa, layout, reads=reads, writes=[answered.predictions], code="realm")
     metrics = stage(
         str(answered.root), trained.model_preset, qa_files, params, run.device, str(trained.checkpoint), str(trained.index),
     )

@@ -2,7 +2,8 @@
 
 The stage's cached result keys on the content of every file `--input` matches (an input
 edited in place under the same name is prepared again, and the log says which file changed)
-and holds only while the prepared artifacts are the ones it wrote."""
+and on the code preparation runs (`realm.flows.caching.PREPARE_MODULES`), and holds only while
+the prepared artifacts are the ones it wrote."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def realm_prepare(run: RunParams = RunParams(), params: PrepareParams = PrepareP
 
     layout = RunLayout.at(run.output)
     stage = cached_in_run(
-        prepare_corpus, layout, reads=input_files(params.input), writes=[layout.artifact(name) for name in OUTPUT_SCHEMAS]
+        prepare_corpus, layout, reads=input_files(params.input), writes=[layout.artifact(name) for name in OUTPUT_SCHEMAS],
+        code="prepare",
     )
     return stage(str(layout.root), params, run.seed)

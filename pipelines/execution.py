@@ -141,15 +141,20 @@ def write_summary(output: str, name: str, counts: dict[str, dict[str, int]]) -> 
         handle.write(json.dumps(counts, indent=2, sort_keys=True).encode("utf-8"))
 
 
-def print_summary(output: str, name: str, counts: dict[str, dict[str, int]], stage_order: list[str]) -> None:
+def print_summary(
+    output: str, name: str, counts: dict[str, dict[str, int]], stage_order: list[str], kept: list[str]
+) -> None:
+    """The per-stage counts, and which artifacts held the rows built already and were left as they were."""
     print(f"realm {name}: per-stage counts (also in {summary_path(output, name)})")
     print(format_summary(counts, stage_order))
+    if kept:
+        print(f"realm {name}: {', '.join(kept)} held these rows already, and were left as they were")
 
 
 def run_single_stage(argv, stage: str, required_flags: list[str], output_schemas: dict, build_outputs):
     """Run one stage on its own: `build_outputs(pipeline, options)` returns the stage's outputs
     dict, written under `--output` once the pipeline has succeeded: each main artifact replaced
-    whole, with a manifest; the stage's dead letters replacing its earlier ones (`dead_letter/<stage>-*`).
+    whole, with a manifest, unless it holds the same rows already; the stage's dead letters replacing its earlier ones (`dead_letter/<stage>-*`).
     `required_flags` name the input artifacts; one that holds no Parquet file stops the stage first."""
     options = PipelineOptions(argv).view_as(RealmOptions)
     require(options, "output", *required_flags)
@@ -165,7 +170,7 @@ def run_single_stage(argv, stage: str, required_flags: list[str], output_schemas
         counts = execute(build, argv, stage, [stage])
         write_summary(staging, stage, counts)
         write_manifests(staging, list(output_schemas))
-        move_into_place(staging, options.output, list(output_schemas), [summary_file(stage)])
+        kept = move_into_place(staging, options.output, output_schemas, [summary_file(stage)])
         replace_shards(staging, options.output, "dead_letter", stage)
-    print_summary(options.output, stage, counts, [stage])
+    print_summary(options.output, stage, counts, [stage], kept)
     return counts

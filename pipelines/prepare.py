@@ -127,8 +127,8 @@ def run(argv: list[str] | None = None) -> dict[str, dict[str, int]]:
         refuse_empty_corpus(options, counts)
         write_summary(staging, NAME, counts)
         write_manifests(staging, list(OUTPUT_SCHEMAS))
-        move_into_place(staging, options.output, list(OUTPUT_SCHEMAS), [summary_file(NAME)])
-    print_summary(options.output, NAME, counts, STAGES)
+        kept = move_into_place(staging, options.output, OUTPUT_SCHEMAS, [summary_file(NAME)])
+    print_summary(options.output, NAME, counts, STAGES, kept)
     return counts
 
 

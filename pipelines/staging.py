@@ -2,16 +2,19 @@
 
 A pipeline writes into `<output>/.staging-<name>-<pid>/`; when it has finished, each staged
 artifact directory replaces the run's (the old one deleted whole, with anything Beam left in
-it) and each staged file replaces the run's file. Each staged artifact gets a manifest of its
-files' sizes and sha256 first (`realm.schemas.manifest`), which readers check, and of its rows
-(count and hash sum per file prefix, `realm.schemas.rows_digest`) where the pipeline summed
-them for every file prefix there, so a stage keyed on the artifact knows the same rows written
-in other shards as the same (`realm.model.training.stage_inputs.content_digest`). A pipeline
-that fails before that leaves the run exactly as it was, and the staging directory is
-removed either way. A single stage run on its own (`realm.pipelines.execution.run_single_stage`)
-shares `dead_letter/` with the stages before it: it replaces only its own shards there
-(`replace_shards`), and the directory's manifest keeps listing the others'. Everything goes
-through Beam's `FileSystems`, so a `gs://` run root works as a local one does.
+it) unless the run's holds the same rows already (then it stays as it was, files and all, so
+nothing keyed on it changes), and each staged file replaces the run's file. Each staged
+artifact gets a manifest first (`realm.schemas.manifest`): its files' sizes and sha256, which
+readers check, and its rows (count and hash sum per file prefix, `realm.schemas.rows_digest`)
+where the pipeline summed them for every file prefix there, so a stage keyed on the artifact
+knows the same rows written in other shards as the same
+(`realm.model.training.stage_inputs.content_digest`). A pipeline that fails before that
+leaves the run exactly as it was, and the staging directory is removed either way. A single
+stage run on its own (`realm.pipelines.execution.run_single_stage`) shares `dead_letter/`
+with the stages before it: it replaces only its own shards there (`replace_shards`), and the
+directory's manifest keeps listing the others'. Everything goes through Beam's
+`FileSystems`, so a `gs://` run root works as a local one does (its artifacts are always
+replaced).
 
 Inputs inside the run are safe: the pipeline has read them to the end before anything is
 replaced, so `prepare --corpus documents --input RUN/documents/*.parquet --output RUN` and
@@ -25,13 +28,14 @@ import json
 import os
 from collections.abc import Iterator
 
+import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from realm.pipelines.artifacts import ROWS_FILE_SUFFIX, rows_file
-from realm.schemas.io import shard_prefix
+from realm.schemas.io import read_validated, shard_prefix
 from realm.schemas.leftovers import remove_leftovers
-from realm.schemas.manifest import MANIFEST_FILE, stream_sha256
-from realm.schemas.rows_digest import ROWS_KEY
+from realm.schemas.manifest import MANIFEST_FILE, IntegrityError, stream_sha256, verify_step
+from realm.schemas.rows_digest import MODULUS, ROWS_KEY, row_hash, rows_digest, rows_entry
 
 STAGING_PREFIX = ".staging-"
 
@@ -57,10 +61,15 @@ def write_manifests(staging: str, artifacts: list[str]) -> None:
         _write_manifest(directory, _listing(_files(directory)), rows)
 
 
-def move_into_place(staging: str, output: str, artifacts: list[str], files: list[str]) -> None:
-    """Replace `<output>/<artifact>/` by the staged directory's files, for each of `artifacts`,
-    and `<output>/<file>` by the staged file, for each of `files` (paths relative to the run)."""
-    for artifact in artifacts:
+def move_into_place(staging: str, output: str, artifacts: dict[str, pa.Schema], files: list[str]) -> list[str]:
+    """Replace `<output>/<artifact>/` by the staged directory's files, for each of `artifacts`
+    (name: schema) whose rows differ from the run's, and `<output>/<file>` by the staged file,
+    for each of `files` (paths relative to the run); the names of the artifacts left as they
+    were, holding the staged rows already (`_holds_the_same_rows`)."""
+    # Every artifact is looked at before any is replaced: one that cannot be read ends nothing half done.
+    kept = [name for name, schema in artifacts.items()
+            if _holds_the_same_rows(FileSystems.join(output, name), FileSystems.join(staging, name), schema)]
+    for artifact in [name for name in artifacts if name not in kept]:
         staged = [m.path for m in _files(FileSystems.join(staging, artifact))]
         target = FileSystems.join(output, artifact)
         _remove_tree(target)
@@ -70,6 +79,41 @@ def move_into_place(staging: str, output: str, artifacts: list[str], files: list
         target = FileSystems.join(output, file)
         _make_dirs(FileSystems.split(target)[0])
         FileSystems.rename([FileSystems.join(staging, file)], [target])
+    return kept
+
+
+def _holds_the_same_rows(target: str, staged: str, schema: pa.Schema) -> bool:
+    """Whether the run's artifact `target`, a local directory whose files are the ones its
+    manifest lists and undamaged, holds the rows of the `staged` one: compared by their rows
+    digests, or, where an older realm wrote `target` and recorded none, by hashing its rows as
+    WriteArtifact does (one that no longer reads through `schema` is not). Keeping it then keeps
+    its files' digests, which every stage and cached result after it may be keyed on (an older
+    manifest's are its files'); an object store's artifact is always replaced."""
+    if not os.path.isfile(os.path.join(target, MANIFEST_FILE)):
+        return False
+    with FileSystems.open(FileSystems.join(staged, MANIFEST_FILE), compression_type="uncompressed") as handle:
+        staged_rows = json.loads(handle.read().decode("utf-8")).get(ROWS_KEY)
+    if staged_rows is None:
+        return False
+    try:
+        listed = verify_step(target)
+        # Every Parquet file a reader would read (`realm.schemas.io.parquet_files`) is one it lists.
+        present = {
+            os.path.relpath(os.path.join(root, name), target)
+            for root, _, names in os.walk(target) for name in names
+            if name.endswith(".parquet") and not name.startswith((".", "_"))
+        }
+        if present != {name for name in listed.get("files", {}) if name.endswith(".parquet")}:
+            return False
+        if ROWS_KEY in listed:
+            return rows_digest(listed[ROWS_KEY]) == rows_digest(staged_rows)
+        count, total = 0, 0
+        for name in sorted(present):
+            for row in read_validated(os.path.join(target, name), schema).to_pylist():
+                count, total = count + 1, (total + row_hash(row, schema.names)) % MODULUS
+    except (IntegrityError, ValueError, OSError):  # damaged, or not of this schema (ArtifactError): replaced
+        return False
+    return rows_digest({"": rows_entry(count, total)}) == rows_digest(staged_rows)
 
 
 def replace_shards(staging: str, output: str, artifact: str, prefix: str) -> None:

@@ -14,8 +14,9 @@ attack breaks additive hashes of a few hundred bits).
 Every artifact a stage reads (documents, blocks, their entities, pre-training and ICT
 examples) is read back in its schema's order (`realm.schemas.io.row_order`, a unique id), so
 two such artifacts with the same rows digest give a stage the same data in the same order.
-An artifact prepared before rows were recorded is keyed on its files until it is prepared
-again; that first preparation changes its digest once, and the stages after it train again.
+An artifact prepared before rows were recorded stays keyed on its files: preparing a local
+run again with the same rows leaves it as it was (`realm.pipelines.staging` hashes its rows
+to tell), and with other rows replaces it by one that records them.
 """
 
 from __future__ import annotations

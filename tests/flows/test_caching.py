@@ -1,13 +1,15 @@
 import inspect
 import json
 import pickle
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 from prefect import flow, task
 
 import realm.flows.caching
-from realm.flows.caching import CACHE_DIR, REALM_PACKAGES, cached_in_run, source_digest
+from realm.flows.caching import CACHE_DIR, PREPARE_MODULES, REALM_PACKAGES, cached_in_run, source_digest
 from realm.model.training.stage_inputs import json_digest
 from realm.schemas.run_layout import RunLayout
 
@@ -21,8 +23,8 @@ def count_words(text: str, scale: int) -> dict:
 
 
 @flow
-def counting_flow(root: str, text: str, scale: int = 1, all_code: bool = False) -> dict:
-    return cached_in_run(count_words, RunLayout.at(root), all_code=all_code)(text, scale)
+def counting_flow(root: str, text: str, scale: int = 1, code: str | None = None) -> dict:
+    return cached_in_run(count_words, RunLayout.at(root), code=code)(text, scale)
 
 
 class WritesAMarker:
@@ -65,30 +67,30 @@ def test_a_crafted_pickle_where_a_result_lives_is_never_loaded(tmp_path):
 
 def test_a_stage_keyed_on_realms_code_runs_again_when_it_changed_and_says_so(tmp_path, monkeypatch, caplog):
     CALLS.clear()
-    counting_flow(str(tmp_path / "evaluation"), "a b", all_code=True)
+    counting_flow(str(tmp_path / "evaluation"), "a b", code="realm")
     counting_flow(str(tmp_path / "training"), "a b")
-    counting_flow(str(tmp_path / "evaluation"), "a b", all_code=True)
+    counting_flow(str(tmp_path / "evaluation"), "a b", code="realm")
     assert CALLS == ["a b", "a b"]
-    monkeypatch.setattr(realm.flows.caching, "CODE_DIGEST", "0" * 64)  # the reader's code edited, say
+    monkeypatch.setitem(realm.flows.caching.CODE_DIGESTS, "realm", "0" * 64)  # the reader's code edited, say
     caplog.clear()
-    assert counting_flow(str(tmp_path / "evaluation"), "a b", all_code=True) == {"words": 2, "text": "a b"}
+    assert counting_flow(str(tmp_path / "evaluation"), "a b", code="realm") == {"words": 2, "text": "a b"}
     assert CALLS == ["a b", "a b", "a b"]
-    assert "count-words: realm's code changed since its last cached run; running the stage again" in caplog.messages
-    counting_flow(str(tmp_path / "evaluation"), "a b", all_code=True)
+    assert "count-words: its code changed since its last cached run; running the stage again" in caplog.messages
+    counting_flow(str(tmp_path / "evaluation"), "a b", code="realm")
     counting_flow(str(tmp_path / "training"), "a b")  # keyed on its task's source alone: still done
     assert CALLS == ["a b", "a b", "a b"]
 
 
 def test_a_stage_keyed_on_its_task_alone_keeps_the_results_cached_before_realm_keyed_any_on_code(tmp_path):
     CALLS.clear()
-    # The key as every stage had it before `all_code`: the task's source, its arguments, its reads.
+    # The key as every stage had it before any was keyed on code: the task's source, its arguments, its reads.
     key = json_digest([inspect.getsource(count_words.fn), [["c d", 1], {}], {}])[:32]
     entry = {"result": {"words": 5, "text": "cached"}, "writes": {}, "reads": {}}
     (tmp_path / CACHE_DIR).mkdir()
     (tmp_path / CACHE_DIR / f"count-words-{key}.json").write_text(json.dumps(entry))
     assert counting_flow(str(tmp_path), "c d") == {"words": 5, "text": "cached"}
     assert CALLS == []
-    assert counting_flow(str(tmp_path), "c d", all_code=True) == {"words": 2, "text": "c d"}  # keyed on code: a miss
+    assert counting_flow(str(tmp_path), "c d", code="realm") == {"words": 2, "text": "c d"}  # keyed on code: a miss
     assert CALLS == ["c d"]
 
 
@@ -103,5 +105,23 @@ def test_the_code_digest_covers_every_python_file_of_realms_packages(tmp_path, m
     before = source_digest(["digested"])
     (package / "notes.txt").write_text("not code")
     assert source_digest(["digested"]) == before
+    module = source_digest(["digested.inner.reader"])  # one module, not its package
+    (package / "inner" / "other.py").write_text("OTHER = 1\n")
+    assert source_digest(["digested.inner.reader"]) == module
     (package / "inner" / "reader.py").write_text("SPAN = 2\n")  # a module two levels down
     assert source_digest(["digested"]) != before
+    assert source_digest(["digested.inner.reader"]) != module
+
+
+def test_the_preparation_is_keyed_on_every_module_of_realm_its_pipelines_import():
+    """A module the pipelines import and PREPARE_MODULES leaves out could change the prepared
+    rows without preparing again (its parent packages hold docstrings alone)."""
+    listing = (
+        "import importlib, pkgutil, sys; import realm.pipelines as p; "
+        "[importlib.import_module(m.name) for m in pkgutil.walk_packages(p.__path__, 'realm.pipelines.')]; "
+        "print(' '.join(m for m in sys.modules if m.startswith('realm')))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", listing], capture_output=True, text=True, check=True).stdout.split()
+    covered = [m for m in loaded if any(m == name or m.startswith(name + ".") for name in PREPARE_MODULES)]
+    assert "realm.pipelines.prepare" in covered and "realm.model.tokenization" in covered
+    assert set(loaded) - set(covered) == {"realm", "realm.model"}

@@ -19,11 +19,13 @@ from realm.model.publish import file_sha256
 QUESTION = "who was the commander of apollo 11"
 EVALUATE = ["evaluate", "--qa", str(demo_qa_path())]
 
-# (kind, the file damaged, relative to the run root, the command that reads it).
+# (kind, the file damaged, relative to the run root, the command that reads it). The run's
+# corpus is the in-process runner's one shard: the pipeline prepared the same rows again and
+# left it as it was.
 TARGETS = [
-    ("blocks shard", "blocks/prepare-00000-of-00002.parquet", ["ask", QUESTION]),
-    ("blocks shard", "blocks/prepare-00001-of-00002.parquet", EVALUATE),
-    ("block entities shard", "block_entities/prepare-00000-of-00002.parquet", ["ask", QUESTION]),
+    ("blocks shard", "blocks/prepare-00000-of-00001.parquet", ["ask", QUESTION]),
+    ("blocks shard", "blocks/prepare-00000-of-00001.parquet", EVALUATE),
+    ("block entities shard", "block_entities/prepare-00000-of-00001.parquet", ["ask", QUESTION]),
     ("faiss index", "index/6/index.faiss", ["ask", QUESTION]),
     ("faiss index", "index/6/index.faiss", EVALUATE),
     ("index block ids", "index/6/block_ids.npy", ["ask", QUESTION]),

@@ -18,7 +18,9 @@ from realm.flows.realm_pretrain import realm_pretrain
 from realm.model.networks.checkpoint import checkpoint_inputs
 from realm.model.publish import read_manifest
 from realm.model.qa.trained_run import TrainedRun
+from realm.schemas import BLOCKS, read_table
 from tests.flows.tiny_run import tiny_params
+from tests.pipelines.run_files import file_bytes
 
 
 def test_a_question_file_edited_in_place_starts_a_new_fine_tuning_stage(run_root, tmp_path):
@@ -40,18 +42,19 @@ def test_a_question_file_edited_in_place_starts_a_new_fine_tuning_stage(run_root
     assert first_inputs["data"]["questions"] != checkpoint_inputs(second["checkpoint"])["data"]["questions"]
 
 
-def test_a_corpus_prepared_again_into_other_shards_leaves_the_stage_after_it_done(run_root, caplog):
-    """The same articles prepared again with the main job's two worker processes: Beam splits
-    the rows among other shards than the in-process runner did, and fine-tuning, keyed on
-    the blocks and their entities by their rows, is not trained again."""
+def test_a_corpus_prepared_again_with_the_same_rows_leaves_the_stage_after_it_done(run_root, caplog):
+    """The same articles prepared again, by the flow and the main job's two worker processes
+    (Beam splits the rows among other shards than the in-process runner did): the artifacts
+    holding the same rows are left as they were, and fine-tuning is not trained again."""
     params = tiny_params(run_root)
     finetune = params.finetune.model_copy(update={"retriever": "bm25"})
     first = finetune_openqa(params.run, finetune)
-    shards = {name: read_manifest(run_root / name)["files"] for name in ("blocks", "block_entities")}
+    blocks = file_bytes(run_root / "blocks")
 
-    realm_prepare(params.run, params.prepare)
+    counts = realm_prepare(params.run, params.prepare)  # no cached result in this run: prepared again
 
-    assert {name: read_manifest(run_root / name)["files"] for name in shards} != shards
+    assert counts["chunk"]["blocks"] == read_table(str(run_root / "blocks"), BLOCKS).num_rows
+    assert file_bytes(run_root / "blocks") == blocks
     with caplog.at_level(logging.INFO):
         assert finetune_openqa(params.run, finetune) == first
     assert any(m.startswith("realm-train-finetune: done before with these inputs") for m in caplog.messages)

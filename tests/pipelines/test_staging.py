@@ -1,17 +1,21 @@
 """A staged artifact's manifest records its rows beside its files: the same rows written in
 other shards and another order are the same input to a stage, while their files differ; a
-stage run on its own keeps the rows of the other stages' dead letters."""
+run's artifact that holds the staged rows already is left as it was; a stage run on its own
+keeps the rows of the other stages' dead letters."""
 
+import hashlib
 import json
 
 import apache_beam as beam
+import pyarrow.parquet as pq
 
 from realm.model.training.stage_inputs import content_digest
 from realm.pipelines.artifacts import WriteArtifact
-from realm.pipelines.staging import replace_shards, write_manifests
+from realm.pipelines.staging import move_into_place, replace_shards, write_manifests
 from realm.schemas import DEAD_LETTER, DOCUMENTS, read_table
 from realm.schemas.manifest import MANIFEST_FILE, verify_step
 from realm.schemas.rows_digest import ROWS_KEY, row_hash, rows_entry
+from tests.pipelines.run_files import file_bytes
 
 IN_PROCESS = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
 DOCS = [
@@ -80,3 +84,43 @@ def test_a_manifest_that_records_no_rows_for_some_shards_records_none(tmp_path):
 
     assert ROWS_KEY not in verify_step(run / "dead_letter")
     assert len(verify_step(run / "dead_letter")["files"]) == 2
+
+
+def test_a_run_artifact_holding_the_staged_rows_is_left_as_it_was_and_one_with_other_rows_replaced(tmp_path):
+    run = staged(tmp_path / "run", "documents", DOCUMENTS, DOCS, num_shards=1).parent
+    before = file_bytes(run / "documents")
+    staging = staged(tmp_path / "again", "documents", DOCUMENTS, DOCS[::-1], num_shards=3).parent
+    assert move_into_place(str(staging), str(run), {"documents": DOCUMENTS}, []) == ["documents"]
+    assert file_bytes(run / "documents") == before  # its files, and every digest keyed on them
+
+    staging = staged(tmp_path / "edited", "documents", DOCUMENTS, DOCS[:-1], num_shards=3).parent
+    assert move_into_place(str(staging), str(run), {"documents": DOCUMENTS}, []) == []
+    assert read_table(str(run / "documents"), DOCUMENTS).num_rows == 6
+    assert len(verify_step(run / "documents")["files"]) == 3
+
+
+def test_an_artifact_an_older_realm_wrote_is_kept_when_its_rows_hash_the_same_and_a_damaged_one_replaced(tmp_path):
+    run = staged(tmp_path / "run", "documents", DOCUMENTS, DOCS, num_shards=2).parent
+    manifest = run / "documents" / MANIFEST_FILE
+    manifest.write_text(json.dumps({"files": json.loads(manifest.read_text())["files"]}))  # no rows recorded
+    before = file_bytes(run / "documents")
+    staging = staged(tmp_path / "again", "documents", DOCUMENTS, DOCS, num_shards=3).parent
+    assert move_into_place(str(staging), str(run), {"documents": DOCUMENTS}, []) == ["documents"]
+    assert file_bytes(run / "documents") == before
+
+    shard = sorted((run / "documents").glob("*.parquet"))[0]
+    shard.write_bytes(shard.read_bytes()[:-1] + b"\0")  # no longer the file its manifest lists
+    assert move_into_place(str(staging), str(run), {"documents": DOCUMENTS}, []) == []
+    assert read_table(str(run / "documents"), DOCUMENTS).to_pylist() == DOCS
+    assert len(verify_step(run / "documents")["files"]) == 3
+
+
+def test_an_older_artifact_that_no_longer_reads_through_its_schema_is_replaced_and_nothing_before_it_left_half_done(tmp_path):
+    run = staged(tmp_path / "run", "documents", DOCUMENTS, DOCS, num_shards=1).parent
+    shard = next((run / "documents").glob("*.parquet"))
+    pq.write_table(pq.read_table(shard).drop_columns(["date"]), shard)  # a column the schema has since gained
+    (run / "documents" / MANIFEST_FILE).write_text(json.dumps({"files": {shard.name: {
+        "size": shard.stat().st_size, "sha256": hashlib.sha256(shard.read_bytes()).hexdigest()}}}))
+    staging = staged(tmp_path / "again", "documents", DOCUMENTS, DOCS, num_shards=2).parent
+    assert move_into_place(str(staging), str(run), {"documents": DOCUMENTS}, []) == []
+    assert read_table(str(run / "documents"), DOCUMENTS).to_pylist() == DOCS
