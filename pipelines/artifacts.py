@@ -59,7 +59,7 @@ class WriteArtifact(beam.PTransform):
             num_shards=self.num_shards,
         )
         # An empty input still gives its entry (count 0): CombineGlobally emits the empty sum.
-        _ = (
+        (
             records
             | "SumRowHashes" >> beam.CombineGlobally(_SumRowHashes(self.schema.names))
             | "WriteRows" >> beam.Map(_write_rows_file, rows_file(self.directory, self.file_prefix))

@@ -154,7 +154,8 @@ def print_summary(
 def run_single_stage(argv, stage: str, required_flags: list[str], output_schemas: dict, build_outputs):
     """Run one stage on its own: `build_outputs(pipeline, options)` returns the stage's outputs
     dict, written under `--output` once the pipeline has succeeded: each main artifact replaced
-    whole, with a manifest, unless it holds the same rows already; the stage's dead letters replacing its earlier ones (`dead_letter/<stage>-*`).
+    whole, with a manifest, unless it holds the same rows already; the stage's dead letters
+    replacing its earlier ones (`dead_letter/<stage>-*`).
     `required_flags` name the input artifacts; one that holds no Parquet file stops the stage first."""
     options = PipelineOptions(argv).view_as(RealmOptions)
     require(options, "output", *required_flags)
