@@ -32,10 +32,10 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from realm.pipelines.artifacts import ROWS_FILE_SUFFIX, rows_file
-from realm.schemas.io import read_validated, shard_prefix
+from realm.schemas.io import parquet_files_under, read_validated, shard_prefix
 from realm.schemas.leftovers import remove_leftovers
 from realm.schemas.manifest import MANIFEST_FILE, IntegrityError, stream_sha256, verify_step
-from realm.schemas.rows_digest import MODULUS, ROWS_KEY, row_hash, rows_digest, rows_entry
+from realm.schemas.rows_digest import ROWS_KEY, rows_digest, rows_entry_of
 
 STAGING_PREFIX = ".staging-"
 
@@ -97,23 +97,18 @@ def _holds_the_same_rows(target: str, staged: str, schema: pa.Schema) -> bool:
         return False
     try:
         listed = verify_step(target)
-        # Every Parquet file a reader would read (`realm.schemas.io.parquet_files`) is one it lists.
-        present = {
-            os.path.relpath(os.path.join(root, name), target)
-            for root, _, names in os.walk(target) for name in names
-            if name.endswith(".parquet") and not name.startswith((".", "_"))
-        }
-        if present != {name for name in listed.get("files", {}) if name.endswith(".parquet")}:
+        # Every Parquet file a reader would read is one it lists.
+        present = parquet_files_under(target)
+        if {os.path.relpath(path, target) for path in present} != {
+            name for name in listed.get("files", {}) if name.endswith(".parquet")
+        }:
             return False
-        if ROWS_KEY in listed:
-            return rows_digest(listed[ROWS_KEY]) == rows_digest(staged_rows)
-        count, total = 0, 0
-        for name in sorted(present):
-            for row in read_validated(os.path.join(target, name), schema).to_pylist():
-                count, total = count + 1, (total + row_hash(row, schema.names)) % MODULUS
+        rows = listed.get(ROWS_KEY) or {
+            path: rows_entry_of(read_validated(path, schema).to_pylist(), schema.names) for path in present
+        }
     except (IntegrityError, ValueError, OSError):  # damaged, or not of this schema (ArtifactError): replaced
         return False
-    return rows_digest({"": rows_entry(count, total)}) == rows_digest(staged_rows)
+    return rows_digest(rows) == rows_digest(staged_rows)
 
 
 def replace_shards(staging: str, output: str, artifact: str, prefix: str) -> None:

@@ -120,16 +120,21 @@ def parquet_files(path: str) -> list[str]:
         raise FileNotFoundError(f"{path}: no such artifact (file or directory)")
     if os.path.isfile(os.path.join(path, MANIFEST_FILE)):
         verify_step(path)
-    files = sorted(
-        os.path.join(root, name)
-        for root, _, names in os.walk(path)
-        for name in names
-        if name.endswith(".parquet") and not name.startswith((".", "_"))
-    )
+    files = parquet_files_under(path)
     if not files:
         raise FileNotFoundError(f"{path}: directory holds no .parquet files")
     check_shards_complete(files)
     return files
+
+
+def parquet_files_under(directory: str) -> list[str]:
+    """Every *.parquet file under `directory`, sorted, but hidden ones (`.` or `_` first)."""
+    return sorted(
+        os.path.join(root, name)
+        for root, _, names in os.walk(directory)
+        for name in names
+        if name.endswith(".parquet") and not name.startswith((".", "_"))
+    )
 
 
 def check_shards_complete(files: list[str]) -> None:

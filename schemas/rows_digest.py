@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 # The manifest's key: {file prefix: {"count": rows, "sum": hex of the hashes' sum}}.
 ROWS_KEY = "rows"
@@ -35,6 +35,14 @@ def row_hash(row: Mapping, columns: Sequence[str]) -> int:
     """The hash of `row`'s `columns` (a column it lacks counts as null)."""
     text = json.dumps({name: row.get(name) for name in columns}, sort_keys=True)
     return int.from_bytes(hashlib.shake_256(text.encode("utf-8")).digest(ROW_HASH_BYTES), "big")
+
+
+def rows_entry_of(rows: Iterable[Mapping], columns: Sequence[str]) -> dict:
+    """The entry of `rows` (their `columns`), hashed and summed in one process."""
+    count, total = 0, 0
+    for row in rows:
+        count, total = count + 1, (total + row_hash(row, columns)) % MODULUS
+    return rows_entry(count, total)
 
 
 def rows_entry(count: int, total: int) -> dict:

@@ -13,7 +13,7 @@ from realm.pipelines import prepare
 from realm.pipelines.read_ccnews import url_doc_id
 from realm.schemas import ARTIFACTS, BLOCKS, ArtifactError, read_table
 from realm.schemas.manifest import MANIFEST_FILE, IntegrityError, verify_step
-from realm.schemas.rows_digest import ROWS_KEY, row_hash, rows_entry
+from realm.schemas.rows_digest import ROWS_KEY, rows_entry_of
 from tests.pipelines.news_fixture import BRIDGE_HTML, BRIDGE_URL, CAFE_HTML, CAFE_URL, SECTION_HTML, SECTION_URL, warc_records
 from tests.pipelines.run_files import file_bytes
 from tests.pipelines.wikipedia_fixture import ARTICLES, dump_bytes, page
@@ -230,8 +230,7 @@ def test_each_prepared_artifact_carries_a_manifest_and_a_shard_altered_since_is_
     tables = read_artifacts(run_copy)
     for name in WRITTEN:  # its files, and the count and hash sum of the rows they hold
         rows = verify_step(run_copy / name)[ROWS_KEY]
-        assert rows == {"prepare": rows_entry(tables[name].num_rows,
-                                              sum(row_hash(row, ARTIFACTS[name].names) for row in tables[name].to_pylist()))}
+        assert rows == {"prepare": rows_entry_of(tables[name].to_pylist(), ARTIFACTS[name].names)}
     shard = sorted((run_copy / "blocks").glob("*.parquet"))[0]
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF

@@ -14,7 +14,7 @@ from realm.pipelines.artifacts import WriteArtifact
 from realm.pipelines.staging import move_into_place, replace_shards, write_manifests
 from realm.schemas import DEAD_LETTER, DOCUMENTS, read_table
 from realm.schemas.manifest import MANIFEST_FILE, verify_step
-from realm.schemas.rows_digest import ROWS_KEY, row_hash, rows_entry
+from realm.schemas.rows_digest import ROWS_KEY, rows_entry_of
 from tests.pipelines.run_files import file_bytes
 
 IN_PROCESS = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
@@ -49,7 +49,7 @@ def test_the_same_rows_in_other_shards_are_the_same_content_and_other_rows_are_n
     assert content_digest(edited) != content_digest(three)
     assert read_table(str(one), DOCUMENTS) == read_table(str(three), DOCUMENTS)  # read back in doc_id order
     manifest = json.loads((one / MANIFEST_FILE).read_text())
-    assert manifest[ROWS_KEY] == {"part": rows_entry(7, sum(row_hash(row, DOCUMENTS.names) for row in DOCS))}
+    assert manifest[ROWS_KEY] == {"part": rows_entry_of(DOCS, DOCUMENTS.names)}
     assert not list(one.glob("*.rows.json"))  # taken into the manifest
 
 
@@ -66,8 +66,8 @@ def test_a_stage_replacing_its_dead_letters_keeps_the_other_stages_rows(tmp_path
     replace_shards(str(staging), str(run), "dead_letter", "chunk")
 
     rows = verify_step(run / "dead_letter")[ROWS_KEY]
-    assert rows == {"read": before, "chunk": rows_entry(2, sum(row_hash(dead_letter("chunk", key), DEAD_LETTER.names)
-                                                               for key in ("d:1", "d:2")))}
+    assert rows == {"read": before, "chunk": rows_entry_of([dead_letter("chunk", key) for key in ("d:1", "d:2")],
+                                                           DEAD_LETTER.names)}
     assert not list(staging.glob("dead_letter/*.rows.json"))
 
 

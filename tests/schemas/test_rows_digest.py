@@ -1,7 +1,7 @@
 """An artifact's rows digested as a multiset: the same rows however split and ordered give
 one digest; another row, a row more or a row less give another."""
 
-from realm.schemas.rows_digest import MODULUS, row_hash, rows_digest, rows_entry
+from realm.schemas.rows_digest import MODULUS, row_hash, rows_digest, rows_entry, rows_entry_of
 
 COLUMNS = ["block_id", "title", "token_ids"]
 ROWS = [
@@ -12,7 +12,7 @@ ROWS = [
 
 
 def entry(rows, columns=COLUMNS):
-    return rows_entry(len(rows), sum(row_hash(row, columns) for row in rows))
+    return rows_entry_of(rows, columns)
 
 
 def test_the_same_rows_in_other_files_and_orders_give_one_digest():
@@ -37,3 +37,4 @@ def test_an_entry_holds_the_count_and_the_sum_modulo_two_to_the_2048():
     assert entry([]) == {"count": 0, "sum": "0" * 512}
     total = sum(row_hash(row, COLUMNS) for row in ROWS)
     assert int(entry(ROWS)["sum"], 16) == total % MODULUS and entry(ROWS)["count"] == 3
+    assert entry(ROWS) == rows_entry(3, total)
