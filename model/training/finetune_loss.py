@@ -65,20 +65,15 @@ def corpus_early_update_loss(
     return early_update_loss(logits, torch.from_numpy(gold).to(logits.device), torch.from_numpy(allowed).to(logits.device))
 
 
-def read_slots(
-    logits: torch.Tensor, holds_answer: torch.Tensor, num_read: int, noise: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def read_slots(logits: torch.Tensor, holds_answer: torch.Tensor, num_read: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(candidate indices the reader reads [batch, num_read], rows where a gold block had to be
     swapped in [batch]): the `num_read` best-scored candidates, the last replaced by the
-    best-scored one holding an answer when none of them does. With `noise` (standard Gumbel
-    draws, [batch, candidates]), the candidates are ranked by logit + noise instead: the
-    `num_read` first are a draw without replacement from softmax(logits) (Gumbel top-k).
+    best-scored one holding an answer when none of them does.
 
     logits, holds_answer: [batch, candidates]; ties keep the retrieval order (BM25's uniform
     logits read its top `num_read`).
     """
-    scores = logits.detach() if noise is None else logits.detach() + noise.to(logits.device)
-    order = torch.sort(scores, dim=-1, descending=True, stable=True).indices  # [batch, candidates]
+    order = torch.sort(logits.detach(), dim=-1, descending=True, stable=True).indices  # [batch, candidates]
     read = order[:, :num_read].clone()
     ordered_gold = holds_answer.gather(1, order)  # [batch, candidates]
     swapped = ~ordered_gold[:, :num_read].any(dim=-1) & ordered_gold.any(dim=-1)
@@ -99,23 +94,20 @@ def finetune_loss(
     config: FinetuneConfig,
     device: torch.device,
     corpus: CorpusPositives | None = None,
-    read_noise: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, StepStats]:
     """Early-update retriever loss + joint reader loss of the questions `examples`, whose
     candidates are `candidates` (module docstring), each a mean over the questions it is
     defined for; float32 scalar with graph.
     `entity_types`: a block's body wordpieces' entity types (`realm.model.qa.entity_types`).
     `corpus`: where given (dense only), the early update is taken over the whole corpus for
-    its questions (`examples` first) instead of over the candidates. `read_noise`: Gumbel draws
-    [batch, candidates] that pick the read blocks (`read_slots`)."""
+    its questions (`examples` first) instead of over the candidates."""
     size, read = len(examples), config.num_read
     question_ids = question_wordpieces(tokenizer, [e.question for e in examples], config.max_question_wordpieces)
     block_ids, found = candidates.block_ids, candidates.found  # [batch, candidates] x2
     logits = retriever.score(question_ids, block_ids, found)  # [batch, candidates]; graph into the query tower
     found_mask = torch.from_numpy(found).to(device)
     holds_answer = torch.from_numpy(candidates.holds_answer).to(device)  # [batch, candidates]
-    noise = None if read_noise is None else torch.from_numpy(read_noise).to(logits.dtype)
-    slots, swapped = read_slots(logits, holds_answer & found_mask, read, noise)  # [batch, read], [batch]
+    slots, swapped = read_slots(logits, holds_answer & found_mask, read)  # [batch, read], [batch]
     slot_rows = slots.cpu().numpy()
     bodies = [
         [blocks.body_ids(int(block_ids[i, c])) if found[i, c] else [] for c in slot_rows[i]] for i in range(size)

@@ -241,14 +241,6 @@ class FinetuneConfig(RetentionConfig):
         "the rest of the model preset's warm start's (1: the encoder as pre-trained, as REALM does); only where the "
         "reader starts from an encoder",
     )
-    # The reader meets each training question ~4 times, and with the top blocks read each time it
-    # sees the same few contexts again (its loss falls to ~0.05 nats by the last epoch); DPR's
-    # reader draws its passages anew each epoch.
-    sample_read_blocks: bool = Field(
-        False, description="while training, read num_read of the candidates drawn without replacement from p(z|x) "
-        "(Gumbel top-k over the current retrieval logits, a fresh draw each step) instead of the best-scored ones; "
-        "validation and answering read the best-scored",
-    )
     checkpoint_every: int = Field(200, ge=1, description="steps between checkpoints, each validated")
     log_every: int = Field(10, ge=1)
     num_read: int = Field(5, ge=1, description="blocks the reader reads per question (REALM and ORQA: 5)")

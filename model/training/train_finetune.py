@@ -68,8 +68,6 @@ log = logging.getLogger(__name__)
 
 # Questions counted over a run (kept in the checkpoint, so a resumed run goes on counting).
 COUNTS = ("examples_seen", "without_answer_in_read")
-# Salts the read blocks' draws apart from the batch order's (`batch_rows` seeds on (seed, epoch)).
-READ_DRAW_STREAM = 7
 
 
 def is_validation_question(question: str, fraction: float) -> bool:
@@ -235,14 +233,9 @@ class FinetuneTrainer(Trainer):
             retriever_only = batch_rows(self.retriever_only_rows, count, self.seed, self.step) if count else []
             rows = [*batch, *retriever_only]
             corpus = CorpusPositives([self.training[r] for r in rows], [self.holders[r] for r in rows])
-        read_noise = None
-        if self.config.sample_read_blocks:
-            # A function of (seed, step), as the batch is, so a resumed run draws what it would have.
-            draws = np.random.default_rng((self.seed, self.step, READ_DRAW_STREAM))
-            read_noise = draws.gumbel(size=candidates.block_ids.shape).astype(np.float32)
         loss, stats = finetune_loss(
             self.retriever, self.reader, self.tokenizer, self.blocks, self.entity_types, [self.training[r] for r in batch],
-            candidates, self.model_config, self.config, self.device, corpus=corpus, read_noise=read_noise,
+            candidates, self.model_config, self.config, self.device, corpus=corpus,
         )
         self.final_loss = apply_update(loss, self.optimizer, self.scheduler, "fine-tuning", self.step + 1)
         if self.average is not None:

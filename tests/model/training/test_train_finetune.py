@@ -276,42 +276,6 @@ def test_read_slots_are_the_best_scored_with_a_gold_block_swapped_in_when_none_i
     assert swapped.tolist() == [False, True, False]  # the last row has no gold block to swap in
 
 
-def test_read_slots_with_gumbel_noise_rank_by_logit_plus_noise_and_still_swap_in_a_gold_block():
-    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0], [3.0, 2.0, 1.0, 0.0]])
-    holds_answer = torch.tensor([[False, True, False, False], [True, False, False, False]])
-    noise = torch.tensor([[0.0, 0.0, 2.5, 4.0], [0.0, 0.0, 2.5, 4.0]])  # ranks 3, 2, 1, 0 then
-    read, swapped = read_slots(logits, holds_answer, 2, noise)
-    assert read.tolist() == [[3, 1], [3, 0]]  # the noisy best two hold no answer: the best-ranked holder swapped in
-    assert swapped.tolist() == [True, True]
-
-
-def test_gumbel_top_k_draws_the_read_blocks_in_proportion_to_their_retrieval_probability():
-    """Gumbel top-1 over logits is a draw from softmax(logits): over many draws, each candidate
-    is read first about as often as its p(z|x)."""
-    logits = torch.tensor([[1.0, 0.0, -1.0]]).repeat(20000, 1)
-    holds_answer = torch.ones_like(logits, dtype=torch.bool)
-    noise = torch.from_numpy(np.random.default_rng(0).gumbel(size=logits.shape).astype(np.float32))
-    read, _ = read_slots(logits, holds_answer, 1, noise)
-    shares = np.bincount(read[:, 0].numpy(), minlength=3) / len(read)
-    assert shares == pytest.approx(torch.softmax(logits[0], dim=0).numpy(), abs=0.01)
-
-
-def test_sampled_read_blocks_change_the_reader_loss_and_resume_exactly(qa_corpus, tmp_path, tiny_config):
-    """Two of four candidates read: the drawn pairs differ from the best-scored ones on some
-    step, so the reader losses part from the top-read run's; the draws are a function of (seed,
-    step), so a crash after the step-2 checkpoint and a rerun give the uninterrupted run's later steps."""
-    base = CONFIG.model_copy(update={"epochs": 4, "batch_size": 1, "num_read": 2, "num_candidates": 4})
-    sampled = base.model_copy(update={"sample_read_blocks": True})
-    _, top_log = _train(qa_corpus, tmp_path / "top", tiny_config, base)
-    straight, straight_log = _train(qa_corpus, tmp_path / "sampled", tiny_config, sampled)
-    assert [m["reader_loss"] for m in straight_log] != [m["reader_loss"] for m in top_log]
-    shutil.rmtree(straight["checkpoint"])
-    _, resumed_log = _train(qa_corpus, tmp_path / "sampled", tiny_config, sampled)
-    tail = straight_log[-len(resumed_log):]
-    assert 0 < len(resumed_log) < len(straight_log) and [m["step"] for m in resumed_log] == [m["step"] for m in tail]
-    assert [m["loss"] for m in resumed_log] == [m["loss"] for m in tail]
-
-
 def test_gradients_reach_only_the_trained_towers_and_a_swapped_in_gold_block_is_counted(qa_corpus, tokenizer, tiny_config):
     blocks_path, index_path = qa_corpus
     blocks, index = BlockStore.from_parquet(blocks_path, with_text=True, with_entities=True), MipsIndex.load(index_path)
