@@ -54,14 +54,12 @@ def stemmed_words(tokens: Sequence[str]) -> list[tuple[str, str, int, int]]:
     return [(word, stem, first, end) for (word, first, end), stem in zip(found, stems)]
 
 
-def is_content_word(word: str) -> bool:
-    """Whether a word has a letter or digit and is not a stop word: one `content_stems` keeps."""
-    return word not in STOPWORDS_EN and any(c.isalnum() for c in word)
-
-
 def content_stems(tokens: Sequence[str]) -> set[str]:
-    """The stems of the words of `tokens` that are `is_content_word`."""
-    return {stem for word, stem, _, _ in stemmed_words(tokens) if is_content_word(word)}
+    """The stems of the words of `tokens` that have a letter or digit and are not stop words."""
+    return {
+        stem for word, stem, _, _ in stemmed_words(tokens)
+        if word not in STOPWORDS_EN and any(c.isalnum() for c in word)
+    }
 
 
 def question_stems(tokenizer: WordPieceTokenizer, question_ids: Sequence[int]) -> set[str]:

@@ -2,18 +2,15 @@
 
 Text answers match by wordpieces (`find_gold_spans`); CuratedTrec's regex answers match the
 block's own text over whole-word spans (`regex_gold_spans`); `gold_spans` picks by the
-example's answer type. `in_question_sentences` keeps the spans whose sentence says something
-the question says: distant supervision's filter against answers that occur by chance.
+example's answer type.
 """
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections.abc import Sequence
 
 from realm.model.index.block_store import BlockStore
-from realm.model.networks.question_match import content_stems, is_content_word, stemmed_words
 from realm.model.networks.reader import body_offsets
 from realm.model.qa.answer_metrics import normalize_answer
 from realm.model.qa.qa_data import QAExample
@@ -107,49 +104,3 @@ def gold_spans(
     if example.answer_type == "regex":
         return regex_gold_spans(tokenizer, body_ids, blocks.text(block_id), example.answers, max_span_wordpieces)
     return find_gold_spans(tokenizer, body_ids, example.answers, max_span_wordpieces)
-
-
-def in_question_sentences(
-    tokenizer: WordPieceTokenizer,
-    blocks: BlockStore,
-    block_id: int,
-    spans: Sequence[tuple[int, int]],
-    asked: set[str],
-) -> list[tuple[int, int]]:
-    """The `spans` (body-relative, end inclusive) whose sentences (those the span touches, by
-    the block's `sentence_starts`) hold a content word of the question's (`asked`:
-    `question_stems`) other than the span's own words.
-
-    An answer string occurs in many blocks that are not about the question: "1990" in any
-    history, "New England Patriots" in Tom Brady's block for the Packers' 1996 Super Bowl.
-    Trained towards such an occurrence, the reader learns that a span of the right type is the
-    answer whatever its sentence says. DrQA (Chen et al. 2017) drops distantly supervised
-    paragraphs that share no word with the question; a sentence is the finer unit, since a
-    block about the question may still hold the answer string in a sentence that does not
-    answer it. A block whose text is not its body's (`body_offsets`) keeps no span.
-    """
-    if not spans:
-        return []
-    body_ids = blocks.body_ids(block_id)
-    offsets = body_offsets(tokenizer, body_ids, blocks.text(block_id))
-    if offsets is None:
-        return []
-    starts = blocks.sentence_starts(block_id)
-
-    def sentence_of(position: int) -> int:
-        return bisect.bisect_right(starts, offsets[position][0]) - 1
-
-    words = stemmed_words(tokenizer.convert_ids_to_tokens(list(body_ids)))
-    by_sentence: dict[int, list[tuple[str, str, int, int]]] = {}
-    for word in words:
-        by_sentence.setdefault(sentence_of(word[2]), []).append(word)
-    kept = []
-    for start, end in spans:
-        own = content_stems(tokenizer.convert_ids_to_tokens(list(body_ids[start : end + 1])))
-        said = {
-            stem for sentence in range(sentence_of(start), sentence_of(end) + 1)
-            for word, stem, _, _ in by_sentence.get(sentence, []) if is_content_word(word)
-        }
-        if (asked - own) & said:
-            kept.append((start, end))
-    return kept
