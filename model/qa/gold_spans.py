@@ -2,8 +2,7 @@
 
 Text answers match by wordpieces (`find_gold_spans`); CuratedTrec's regex answers match the
 block's own text over whole-word spans (`regex_gold_spans`); `gold_spans` picks by the
-example's answer type. `in_question_blocks` keeps the spans of a block that says something the
-question says: distant supervision's filter against answers that occur by chance.
+example's answer type.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import re
 from collections.abc import Sequence
 
 from realm.model.index.block_store import BlockStore
-from realm.model.networks.question_match import content_stems
 from realm.model.networks.reader import body_offsets
 from realm.model.qa.answer_metrics import normalize_answer
 from realm.model.qa.qa_data import QAExample
@@ -106,35 +104,3 @@ def gold_spans(
     if example.answer_type == "regex":
         return regex_gold_spans(tokenizer, body_ids, blocks.text(block_id), example.answers, max_span_wordpieces)
     return find_gold_spans(tokenizer, body_ids, example.answers, max_span_wordpieces)
-
-
-def in_question_blocks(
-    tokenizer: WordPieceTokenizer,
-    blocks: BlockStore,
-    block_id: int,
-    spans: Sequence[tuple[int, int]],
-    asked: set[str],
-) -> list[tuple[int, int]]:
-    """The `spans` (body-relative, end inclusive) of a block whose title or body says a content
-    word of the question's (`asked`: `question_stems`) other than the span's own words.
-
-    An answer string occurs in many blocks that are not about the question: "New England
-    Patriots" in a block that only names the team, for the Packers' 1996 Super Bowl, "11" in a
-    manga magazine's first issue for the episodes of a season. Trained towards such an
-    occurrence, the reader learns that a span of the right type is the answer whatever its
-    block says. DrQA (Chen et al. 2017) drops distantly supervised paragraphs that share no
-    word with the question. The block, not the span's sentence, is the unit: a block about the
-    question's topic often answers in a sentence that names it only as "he" or "she".
-    """
-    if not spans:
-        return []
-    body_ids = list(blocks.body_ids(block_id))
-    said = content_stems(tokenizer.convert_ids_to_tokens(body_ids)) | content_stems(
-        tokenizer.convert_ids_to_tokens(tokenizer.encode(blocks.title(block_id)))
-    )
-    kept = []
-    for start, end in spans:
-        own = content_stems(tokenizer.convert_ids_to_tokens(body_ids[start : end + 1]))
-        if (asked - own) & said:
-            kept.append((start, end))
-    return kept

@@ -16,8 +16,7 @@ import torch
 from realm.model.index.block_store import BlockStore
 from realm.model.networks.config import ModelConfig
 from realm.model.qa.answering import question_wordpieces
-from realm.model.networks.question_match import question_stems
-from realm.model.qa.gold_spans import gold_spans, in_question_blocks
+from realm.model.qa.gold_spans import gold_spans
 from realm.model.qa.qa_data import QAExample
 from realm.model.qa.question_retrieval import QuestionRetriever
 from realm.model.tokenization import WordPieceTokenizer
@@ -67,7 +66,7 @@ class CandidateCache(Candidates):
         block_ids, found = retrieved
         gold = [
             [
-                training_gold_spans(tokenizer, blocks, int(b), example, model_config, config) if ok else []
+                gold_spans(tokenizer, blocks, int(b), example, model_config.max_span_wordpieces) if ok else []
                 for b, ok in zip(row_ids, row_found)
             ]
             for example, row_ids, row_found in zip(examples, block_ids, found)
@@ -109,23 +108,10 @@ class FreshCandidates:
     def _gold_spans(self, row: int, block_id: int) -> list[tuple[int, int]]:
         key = (row, block_id)
         if key not in self._gold:
-            self._gold[key] = training_gold_spans(
-                self.tokenizer, self.blocks, block_id, self.examples[row], self.model_config, self.config
+            self._gold[key] = gold_spans(
+                self.tokenizer, self.blocks, block_id, self.examples[row], self.model_config.max_span_wordpieces
             )
         return self._gold[key]
-
-
-def training_gold_spans(
-    tokenizer: WordPieceTokenizer, blocks: BlockStore, block_id: int, example: QAExample,
-    model_config: ModelConfig, config: FinetuneConfig,
-) -> list[tuple[int, int]]:
-    """The example's gold spans in a candidate block that train the reader: all of them, or with
-    `config.gold_in_question_blocks` those `in_question_blocks`."""
-    spans = gold_spans(tokenizer, blocks, block_id, example, model_config.max_span_wordpieces)
-    if not spans or not config.gold_in_question_blocks:
-        return spans
-    asked = question_stems(tokenizer, question_wordpieces(tokenizer, [example.question], config.max_question_wordpieces)[0])
-    return in_question_blocks(tokenizer, blocks, block_id, spans, asked)
 
 
 def retrieve_candidates(

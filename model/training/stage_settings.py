@@ -255,11 +255,6 @@ class FinetuneConfig(RetentionConfig):
     validation_fraction: float = Field(
         0.05, ge=0, lt=1, description="questions held out by hash and answered at each checkpoint to pick the best"
     )
-    gold_in_question_blocks: bool = Field(
-        False, description="a candidate's answer occurrence trains the reader only where its block's title or body "
-        "says a content word of the question's other than the answer's own (realm.model.qa.gold_spans."
-        "in_question_blocks); a question left with none carries no reader loss",
-    )
     # Measured on two seeds (docs/measurements.md, "The query tower trained over the whole corpus"): the answer
     # in the top 5 for 43 dev questions only with it, 17 only without (p = 0.001); exact match
     # level (22 / 22). None, not True, so that a BM25 run (no query tower) leaves it off by

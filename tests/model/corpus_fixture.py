@@ -3,11 +3,9 @@
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from realm.model.index.block_store import BlockStore
 from realm.model.qa.qa_data import QAExample
 from realm.schemas import BLOCK_ENTITIES, BLOCKS, write_table
 from realm.schemas.run_layout import entities_beside
-from tests.pipelines.blocks_fixture import make_block
 
 # Block ids are signed 64-bit hashes in the real corpus; negative ones must work too.
 CORPUS = [
@@ -27,21 +25,6 @@ CORPUS_QUESTIONS = [
     QAExample("Which river flows north into the Mediterranean Sea?", ["the Nile"], "test"),
     QAExample("In which years did Marie Curie win Nobel Prizes?", [r"19(03|11)"], "trec", "regex"),
 ]
-
-# A block that holds "New England Patriots" twice, in a sentence about its Super Bowl and in
-# one that only names the team, and says "quarterback" only in its title
-# (`realm.model.qa.gold_spans.in_question_blocks`).
-PATRIOTS_BLOCK = make_block("Tom Brady, quarterback", [
-    "Brady is an American football player.",
-    "He spent 20 seasons with the New England Patriots.",
-    "The Packers beat the New England Patriots in the Super Bowl of 1996.",
-])
-
-
-def patriots_store(root: str) -> BlockStore:
-    """`PATRIOTS_BLOCK` alone as a blocks/ artifact under `root`, loaded with its text."""
-    write_table(f"{root}/blocks/part-0.parquet", pa.Table.from_pylist([PATRIOTS_BLOCK], schema=BLOCKS), BLOCKS)
-    return BlockStore.from_parquet(f"{root}/blocks", with_text=True)
 
 
 def write_corpus(blocks_path: str, blocks: pa.Table, entities: pa.Table) -> str:

@@ -13,7 +13,7 @@ from realm.model.training.question_candidates import (
     CandidateCache, FreshCandidates, join_candidates, retrieve_candidates,
 )
 from realm.model.training.stage_settings import FinetuneConfig
-from tests.model.corpus_fixture import CORPUS, CORPUS_QUESTIONS, PATRIOTS_BLOCK, patriots_store
+from tests.model.corpus_fixture import CORPUS, CORPUS_QUESTIONS
 
 CPU = torch.device("cpu")
 CONFIG = FinetuneConfig(num_read=1, num_candidates=2)
@@ -93,24 +93,3 @@ def test_fresh_candidates_are_the_cached_ones_then_the_current_towers_top_blocks
     )
     again = FreshCandidates(cache, tokenizer, blocks, CORPUS_QUESTIONS, tiny_config, config).batch(retriever, np.array([1]))
     assert again.block_ids.tolist() == [[*top_two[1], -1, -1]] and again.found.tolist() == [[True, True, False, False]]
-
-
-def test_with_gold_in_question_blocks_an_answer_said_by_chance_trains_no_reader(tmp_path, tokenizer, tiny_config):
-    """The same candidates, gold spans with and without the filter: a question none of whose
-    occurrences sits in a block that says its words holds no answer under the filter."""
-    blocks = patriots_store(str(tmp_path))
-    examples = [
-        QAExample("who did the packers play in the 1996 super bowl", ["New England Patriots"], "nq"),
-        QAExample("which team from new england did win", ["New England Patriots"], "nq"),
-    ]
-    retrieved = np.full((2, 1), PATRIOTS_BLOCK["block_id"]), np.ones((2, 1), dtype=bool)
-    both = gold_spans(tokenizer, blocks, PATRIOTS_BLOCK["block_id"], examples[0], tiny_config.max_span_wordpieces)
-    assert len(both) == 2
-
-    unfiltered, filtered = (
-        CandidateCache.build(None, tokenizer, blocks, examples, tiny_config, FinetuneConfig(gold_in_question_blocks=on), retrieved)
-        for on in (False, True)
-    )
-    assert unfiltered.gold == [[both], [both]]
-    assert filtered.gold == [[both], [[]]]
-    assert filtered.holds_answer.tolist() == [[True], [False]]
