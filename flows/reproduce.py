@@ -18,7 +18,8 @@ This flow trains and evaluates, on one corpus and one set of questions, the syst
                                       (no retrieval), reader from its encoder, ICT's query tower and index
 
 A row whose training would repeat another's under the stages' settings is not trained, and the
-table says which it repeats (`ReproduceParams.repeated_systems`): with the retriever frozen
+table says which it repeats (`ReproduceParams.left_out_systems`; a `--systems` list names the
+rows, and one in it that would repeat is refused): with the retriever frozen
 for all of pre-training, REALM's retriever is ICT's, so the two retriever-swap ablations are
 the orqa and realm rows again; with the doc tower frozen (the `default` size caches doc
 vectors and trains only the query tower), no index is refreshed, so stale_index is the realm
@@ -80,7 +81,7 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
     with timer("prepare"):
         realm_prepare(base, stages.prepare)
     specs = {name: SPECS[name] for name in params.effective_systems()}
-    repeated = params.repeated_systems()
+    repeated = params.left_out_systems()
     for name, reason in repeated.items():
         logger.info("not training %s: it %s", name, reason)  # `systems` naming one is refused
     ict = ict_index = None

@@ -104,6 +104,12 @@ class ReproduceParams(BaseModel):
             )
         return repeats
 
+    def left_out_systems(self) -> dict[str, str]:
+        """The systems left out of the table because they would repeat another row, each with
+        the reason: none where `systems` names the rows (one named that would repeat is refused),
+        since the table then says nothing of rows nobody asked for."""
+        return {} if self.systems is not None else self.repeated_systems()
+
     def fine_tuning_seeds(self) -> list[int]:
         return list(range(self.seed, self.seed + self.seeds))
 

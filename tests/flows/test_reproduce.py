@@ -73,6 +73,17 @@ def test_rows_that_would_repeat_another_are_not_trained_and_refused_by_name(tmp_
     assert ReproduceParams(qa_train=["train.jsonl"], stages=stages).effective_systems() == list(SYSTEMS)
 
 
+def test_only_rows_left_out_of_the_default_systems_are_named_as_not_trained(tmp_path):
+    stages = tiny_params(tmp_path)
+    stages.pretrain.cached_doc_embeddings = True  # no index refreshes: stale_index would repeat realm
+    default = ReproduceParams(qa_train=["train.jsonl"], stages=stages)
+    assert list(default.left_out_systems()) == ["stale_index"]
+    assert default.left_out_systems()["stale_index"].startswith("repeats realm")
+    named = ReproduceParams(qa_train=["train.jsonl"], stages=stages, systems=["bm25", "orqa"])
+    assert named.left_out_systems() == {}  # nobody asked for stale_index
+    assert "stale_index" in named.repeated_systems()
+
+
 def test_the_default_size_trains_every_row_but_the_stale_index():
     # Pre-training trains the query tower in its second half, over cached doc vectors: the
     # retriever-swap ablations differ from their rows, and no index is refreshed to be stale.
