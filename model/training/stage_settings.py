@@ -241,13 +241,6 @@ class FinetuneConfig(RetentionConfig):
         "the rest of the model preset's warm start's (1: the encoder as pre-trained, as REALM does); only where the "
         "reader starts from an encoder",
     )
-    # LP-FT (Kumar et al. 2022): a fresh span MLP's first, random gradients reach the warm
-    # start's features through every layer; a head fitted on fixed features first moves them less.
-    reader_frozen_epochs: float = Field(
-        0.0, ge=0, description="passes over the training questions during which the reader's BERT keeps its start while "
-        "the span MLP, the added vectors and the query tower train; then its rate rises over as many steps as the "
-        "warm-up's (0: it trains from the first step)",
-    )
     checkpoint_every: int = Field(200, ge=1, description="steps between checkpoints, each validated")
     log_every: int = Field(10, ge=1)
     num_read: int = Field(5, ge=1, description="blocks the reader reads per question (REALM and ORQA: 5)")
@@ -283,15 +276,6 @@ class FinetuneConfig(RetentionConfig):
     def _read_within_candidates(self) -> FinetuneConfig:
         if self.num_read > self.num_candidates:
             raise ValueError(f"need num_read <= num_candidates, got {self.num_read} and {self.num_candidates}")
-        return self
-
-    @model_validator(mode="after")
-    def _reader_trains_before_the_end(self) -> FinetuneConfig:
-        if self.reader_frozen_epochs and self.reader_frozen_epochs >= self.epochs:
-            raise ValueError(
-                f"need reader_frozen_epochs < epochs, got {self.reader_frozen_epochs} and {self.epochs}: "
-                "the reader's BERT would never train"
-            )
         return self
 
 

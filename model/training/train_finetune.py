@@ -198,13 +198,8 @@ class FinetuneTrainer(Trainer):
         head = torch.nn.ModuleList(self.reader.fresh_modules())
         modules = [head, *self.retriever.trainable_modules(), self.reader]
         rates = [config.span_head_learning_rate] + [config.learning_rate] * (len(modules) - 1)
-        reader_start = math.ceil(config.reader_frozen_epochs * len(self.rows) / config.batch_size)
-        optimizer = build_optimizer(
-            modules, config.learning_rate, config.weight_decay, learning_rates=rates,
-            start_steps=[0] * (len(modules) - 1) + [reader_start],
-        )
-        warmup_steps = round(config.warmup_fraction * total_steps)
-        scheduler = build_scheduler(optimizer, warmup_steps, total_steps, start_warmup_steps=warmup_steps)
+        optimizer = build_optimizer(modules, config.learning_rate, config.weight_decay, learning_rates=rates)
+        scheduler = build_scheduler(optimizer, round(config.warmup_fraction * total_steps), total_steps)
         extra = self._restore(optimizer, scheduler, total_steps).extra
         if self.resume:
             self.counts, self.final_loss, self.best = extra["counts"], extra["loss"], extra["best"]

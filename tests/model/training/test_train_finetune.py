@@ -531,27 +531,6 @@ def test_reader_dropout_sets_the_readers_hidden_dropout_alone_and_is_saved_with_
     assert {m.p for m in saved["reader"].bert.encoder.modules() if isinstance(m, torch.nn.Dropout)} == {0.3, 0.05}
 
 
-def test_the_readers_bert_keeps_its_start_until_reader_frozen_epochs_then_rises_from_zero(qa_corpus, tmp_path, tiny_config):
-    """4 questions x 3 epochs / 3 a batch = 4 steps, the first 1.5 epochs (2 steps) with the
-    reader's BERT frozen; its rate then rises over the warm-up's 1 step and falls to 0 at 4."""
-    blocks_path, index_path = qa_corpus
-    config = CONFIG.model_copy(update={"epochs": 3, "reader_frozen_epochs": 1.5})
-    trainer = FinetuneTrainer(EXAMPLES, blocks_path, index_path, None, str(tmp_path), tiny_config, config, CPU)
-    start = {k: v.clone() for k, v in trainer.reader.bert.state_dict().items()}
-    head_start = trainer.reader.span_output.weight.clone()
-    query_start = trainer.retriever.query_embedder.projection.weight.clone()
-    logged = [trainer.train_step() for _ in range(2)]
-    assert all(torch.equal(v, trainer.reader.bert.state_dict()[k]) for k, v in start.items())
-    assert not torch.equal(head_start, trainer.reader.span_output.weight)
-    assert not torch.equal(query_start, trainer.retriever.query_embedder.projection.weight)
-    logged += [trainer.train_step() for _ in range(2)]
-    assert not torch.equal(start["encoder.layer.0.output.dense.weight"], trainer.reader.bert.encoder.layer[0].output.dense.weight)
-    # Each step's metrics carry the rate of the step after it (the reader's BERT's, the last group's).
-    assert [m["learning_rate"] for m in logged] == pytest.approx([0.0, 1e-3 * (2 / 3) * (1 / 2), 1e-3 / 3, 0.0])
-    with pytest.raises(ValueError, match="reader's BERT would never train"):
-        FinetuneConfig.model_validate({**config.model_dump(), "reader_frozen_epochs": 3})
-
-
 def test_bm25_candidates_add_the_questions_the_query_tower_misses_and_a_resume_keeps_them(
     qa_corpus, tmp_path, tiny_config, distinct_vectors_index
 ):
