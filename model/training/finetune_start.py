@@ -94,7 +94,7 @@ def initial_components(
         if reinit_layers > len(layers):
             raise ValueError(f"reader_reinit_layers {reinit_layers}: the reader has {len(layers)} layers")
         for layer in layers[len(layers) - reinit_layers :]:
-            layer.apply(reader._init_weights)
+            _start_afresh(layer, reader.config.initializer_range)
     return {name: component.to(device) for name, component in components.items()}
 
 
@@ -103,6 +103,19 @@ def reader_starts_from_encoder(init_checkpoint: str | None, reader_init: str | N
     only start `encoder_share` acts on)."""
     source = None if reader_init == WARM_START else reader_init or init_checkpoint
     return source is not None and (Path(source) / "encoder").is_dir()
+
+
+def _start_afresh(layer: torch.nn.Module, std: float) -> None:
+    """BERT's initialisation of a transformer layer, through torch's init functions: transformers'
+    own (`_init_weights`) pass over every weight that `from_pretrained` loaded, which is all of a
+    warm start's."""
+    for module in layer.modules():
+        if isinstance(module, torch.nn.Linear):
+            torch.nn.init.normal_(module.weight, std=std)
+            torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, torch.nn.LayerNorm):
+            torch.nn.init.ones_(module.weight)
+            torch.nn.init.zeros_(module.bias)
 
 
 def _load_into(target: torch.nn.Module, source: torch.nn.Module, checkpoint: str, name: str, share: float = 1.0) -> None:
