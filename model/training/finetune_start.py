@@ -38,7 +38,6 @@ def initial_components(
     answer_pointer: bool = False,
     block_relevance: bool = False,
     encoder_share: float = 1.0,
-    reinit_layers: int = 0,
 ) -> dict[str, PreTrainedModel]:
     """reader (and query_embedder when `with_query_embedder`) of a fresh run (module
     docstring): a `reader_init` holding a reader (a warm-up's) gives the whole reader, span MLP
@@ -50,9 +49,7 @@ def initial_components(
     block as a whole (`Reader`), from zero; a warm-up's reader must have it already.
     `encoder_share` < 1: the reader's BERT and question-match vector start that far along the
     line from the warm start (and its zero vector) to the encoder's; it acts on nothing else (a
-    warm-up's whole reader, the warm start, an answer pointer's copy head). `reinit_layers`: the
-    top that many transformer layers of the reader's BERT start afresh (BERT's initialisation)
-    whatever the start below them."""
+    warm-up's whole reader, the warm start, an answer pointer's copy head)."""
     reader_config = dataclasses.replace(model_config, answer_pointer=answer_pointer, block_relevance=block_relevance)
     if reader_dropout is not None:
         reader_config = dataclasses.replace(reader_config, hidden_dropout=reader_dropout)
@@ -88,13 +85,6 @@ def initial_components(
                 components["reader"].answer_pointer.start_from(init["encoder"].copy_head)
         else:
             log.info("%s has no encoder; the reader starts from %s", reader_init, model_config.model_dir or "random init")
-    if reinit_layers:
-        reader = components["reader"]
-        layers = reader.bert.encoder.layer
-        if reinit_layers > len(layers):
-            raise ValueError(f"reader_reinit_layers {reinit_layers}: the reader has {len(layers)} layers")
-        for layer in layers[len(layers) - reinit_layers :]:
-            _start_afresh(layer, reader.config.initializer_range)
     return {name: component.to(device) for name, component in components.items()}
 
 
@@ -103,19 +93,6 @@ def reader_starts_from_encoder(init_checkpoint: str | None, reader_init: str | N
     only start `encoder_share` acts on)."""
     source = None if reader_init == WARM_START else reader_init or init_checkpoint
     return source is not None and (Path(source) / "encoder").is_dir()
-
-
-def _start_afresh(layer: torch.nn.Module, std: float) -> None:
-    """BERT's initialisation of a transformer layer, through torch's init functions: transformers'
-    own (`_init_weights`) pass over every weight that `from_pretrained` loaded, which is all of a
-    warm start's."""
-    for module in layer.modules():
-        if isinstance(module, torch.nn.Linear):
-            torch.nn.init.normal_(module.weight, std=std)
-            torch.nn.init.zeros_(module.bias)
-        elif isinstance(module, torch.nn.LayerNorm):
-            torch.nn.init.ones_(module.weight)
-            torch.nn.init.zeros_(module.bias)
 
 
 def _load_into(target: torch.nn.Module, source: torch.nn.Module, checkpoint: str, name: str, share: float = 1.0) -> None:

@@ -241,13 +241,6 @@ class FinetuneConfig(RetentionConfig):
         "the rest of the model preset's warm start's (1: the encoder as pre-trained, as REALM does); only where the "
         "reader starts from an encoder",
     )
-    # Zhang et al. 2021 ("Revisiting Few-sample BERT Fine-tuning"): a warm start's top layers are
-    # specialised to its own pre-training (here the sentence encoder's mean-pooled similarity),
-    # and started afresh they fine-tune better on a few thousand examples.
-    reader_reinit_layers: int = Field(
-        0, ge=0, description="top transformer layers of the reader's BERT started afresh (BERT's initialisation) "
-        "instead of from the warm start or the pre-trained encoder (0: none)",
-    )
     checkpoint_every: int = Field(200, ge=1, description="steps between checkpoints, each validated")
     log_every: int = Field(10, ge=1)
     num_read: int = Field(5, ge=1, description="blocks the reader reads per question (REALM and ORQA: 5)")

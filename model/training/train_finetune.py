@@ -149,7 +149,6 @@ class FinetuneTrainer(Trainer):
                 init_checkpoint, model_config, self.device, reader_init=reader_init, with_query_embedder=dense,
                 reader_dropout=config.reader_dropout, answer_pointer=config.answer_pointer,
                 block_relevance=config.block_relevance, encoder_share=config.encoder_share,
-                reinit_layers=config.reader_reinit_layers,
             ),
             inputs,
         )

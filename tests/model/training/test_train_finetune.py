@@ -29,7 +29,7 @@ from realm.model.networks.retriever import Embedder
 from realm.model.tokenization import join
 from realm.model.qa.corpus_holders import answer_holders
 from realm.model.training.finetune_loss import CorpusPositives, finetune_loss, read_slots
-from realm.model.training.finetune_start import WARM_START, initial_components
+from realm.model.training.finetune_start import WARM_START
 from realm.model.training.question_candidates import CandidateCache
 from realm.model.training.train_finetune import FinetuneTrainer, is_validation_question, validation_exact_match
 from tests.model.corpus_fixture import CORPUS_QUESTIONS as EXAMPLES
@@ -458,43 +458,6 @@ def test_encoder_share_starts_the_reader_on_the_line_from_the_warm_start_to_the_
         assert torch.allclose(quarter[f"bert.{key}"], 0.75 * warm[f"bert.{key}"] + 0.25 * value, atol=1e-6), key
     assert not warm["question_match.weight"].any()  # a fresh reader's vector is zero
     assert torch.allclose(quarter["question_match.weight"], 0.25 * pretrained["encoder"].question_match.weight)
-
-
-def test_reader_reinit_layers_starts_the_top_layers_afresh_and_keeps_the_ones_below(qa_corpus, tmp_path, tiny_config):
-    pretrained = {"query_embedder": build_component(Embedder, tiny_config), "encoder": build_encoder(tiny_config)}
-    with torch.no_grad():
-        for layer in pretrained["encoder"].bert.encoder.layer:
-            layer.output.LayerNorm.weight.fill_(2.0)  # BERT's initialisation sets it to 1
-    init = str(save_checkpoint(tmp_path / "pretrain", 100, pretrained))
-    config = CONFIG.model_copy(update={"epochs": 0, "reader_reinit_layers": 1})
-    result, _ = _train(qa_corpus, tmp_path / "finetune", tiny_config, config, init_checkpoint=init)
-    reader = load_components(result["checkpoint"])["reader"].bert.encoder.layer
-    source = pretrained["encoder"].bert.encoder.layer
-    top = len(reader) - 1
-    for key, value in source[top - 1].state_dict().items():
-        assert torch.equal(reader[top - 1].state_dict()[key], value), key
-    assert torch.equal(reader[top].output.LayerNorm.weight, torch.ones_like(reader[top].output.LayerNorm.weight))
-    assert not torch.equal(reader[top].attention.self.query.weight, source[top].attention.self.query.weight)
-    too_many = CONFIG.model_copy(update={"epochs": 0, "reader_reinit_layers": len(reader) + 1})
-    with pytest.raises(ValueError, match=f"^reader_reinit_layers {len(reader) + 1}: the reader has {len(reader)} layers"):
-        _train(qa_corpus, tmp_path / "too-many", tiny_config, too_many, init_checkpoint=init)
-
-
-def test_reader_reinit_layers_starts_afresh_a_top_layer_that_from_pretrained_loaded(tiny_config, tmp_path):
-    """A warm start's weights come from `from_pretrained`, which transformers' own initialisation
-    then passes over; the top layer must still start afresh."""
-    saved = build_reader(tiny_config)
-    with torch.no_grad():
-        for layer in saved.bert.encoder.layer:
-            layer.output.LayerNorm.weight.fill_(2.0)
-    saved.save_pretrained(tmp_path / "warm")
-    warm = dataclasses.replace(tiny_config, model_dir=str(tmp_path / "warm"))
-    layers = initial_components(None, warm, CPU, with_query_embedder=False, reinit_layers=1)["reader"].bert.encoder.layer
-    top = len(layers) - 1
-    assert torch.equal(layers[top].output.LayerNorm.weight, torch.ones_like(layers[top].output.LayerNorm.weight))
-    assert not torch.equal(layers[top].attention.self.query.weight, saved.bert.encoder.layer[top].attention.self.query.weight)
-    for key, value in saved.bert.encoder.layer[top - 1].state_dict().items():
-        assert torch.equal(layers[top - 1].state_dict()[key], value), key
 
 
 def test_encoder_share_does_nothing_and_is_recorded_as_one_where_the_reader_starts_from_no_encoder(
