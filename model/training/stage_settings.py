@@ -204,12 +204,7 @@ class FinetuneConfig(RetentionConfig):
     # BERT's fine-tuning range is 2e-5..5e-5 (Devlin et al.); the span MLP and the
     # question-match vector start from scratch (the vector from pre-training's, where that
     # marked the masked sentence's words) and learn at their own, higher rate.
-    learning_rate: float = Field(
-        5e-5, gt=0, description="peak rate of the reader's BERT, and of the query tower unless query_tower_learning_rate"
-    )
-    query_tower_learning_rate: float | None = Field(
-        None, gt=0, description="peak rate of the query tower (None: learning_rate); dense only",
-    )
+    learning_rate: float = Field(5e-5, gt=0, description="peak rate of the query tower and the reader's BERT")
     span_head_learning_rate: float = Field(
         5e-4, gt=0, description="peak rate of the freshly initialised span MLP and question-match vector"
     )

@@ -196,10 +196,8 @@ class FinetuneTrainer(Trainer):
         total_steps = math.ceil(config.epochs * len(self.rows) / config.batch_size)
 
         head = torch.nn.ModuleList(self.reader.fresh_modules())
-        tower = self.retriever.trainable_modules()
-        modules = [head, *tower, self.reader]
-        tower_rate = config.query_tower_learning_rate or config.learning_rate
-        rates = [config.span_head_learning_rate, *[tower_rate] * len(tower), config.learning_rate]
+        modules = [head, *self.retriever.trainable_modules(), self.reader]
+        rates = [config.span_head_learning_rate] + [config.learning_rate] * (len(modules) - 1)
         optimizer = build_optimizer(modules, config.learning_rate, config.weight_decay, learning_rates=rates)
         scheduler = build_scheduler(optimizer, round(config.warmup_fraction * total_steps), total_steps)
         extra = self._restore(optimizer, scheduler, total_steps).extra

@@ -33,10 +33,7 @@ def test_the_default_run_preset_is_the_flow_default_but_for_what_it_says_it_chan
     assert (default.run, default.ict, default.finetune) == (PipelineParams().run, IctParams(), FinetuneParams())
 
 
-@pytest.mark.parametrize(
-    "setting",
-    ["bm25_candidates=20", "query_tower_learning_rate=1e-4", "retrieve_every_step=true", "retriever_corpus_softmax=true"],
-)
+@pytest.mark.parametrize("setting", ["bm25_candidates=20", "retrieve_every_step=true", "retriever_corpus_softmax=true"])
 def test_a_dense_only_fine_tuning_setting_with_the_bm25_retriever_is_refused(setting):
     """A BM25 run has no query tower and reads BM25's candidates already: the setting would be
     silently ignored, so it is refused by name instead."""
