@@ -16,8 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from realm.model.index.block_store import BlockStore
-from realm.model.qa.answer_metrics import normalize_answer
-from realm.model.qa.gold_spans import compile_patterns, gold_spans
+from realm.model.qa.gold_spans import answer_wordpieces, compile_patterns, holds_regex_span, wordpiece_spans
 from realm.model.qa.qa_data import QAExample
 from realm.model.tokenization import WordPieceTokenizer
 
@@ -39,33 +38,31 @@ def answer_holders(
     texts: list[tuple[int, str]] | None = None
     holders = []
     for example in examples:
+        excluded = set(example.excluded_block_ids)
         if example.answer_type == "regex":
             if texts is None:
                 texts = [(b, blocks.text(b)) for b in block_ids.tolist()]
-            candidates = _regex_candidates(example.answers, texts)
+            holding = [
+                b for b in sorted(_regex_candidates(example.answers, texts))
+                if b not in excluded
+                and holds_regex_span(tokenizer, blocks.body_ids(b), blocks.text(b), example.answers, max_span_wordpieces)
+            ]
         else:
-            candidates = _wordpiece_candidates(tokenizer, example.answers, postings, max_span_wordpieces)
-        excluded = set(example.excluded_block_ids)
-        holding = [
-            b for b in sorted(candidates)
-            if b not in excluded and gold_spans(tokenizer, blocks, b, example, max_span_wordpieces)
-        ]
+            answers = answer_wordpieces(tokenizer, example.answers, max_span_wordpieces)  # encoded once, not per block
+            holding = [
+                b for b in sorted(_wordpiece_candidates(answers, postings))
+                if b not in excluded and wordpiece_spans(tokenizer, blocks.body_ids(b), answers)
+            ]
         holders.append(np.asarray(holding, dtype=np.int64))
     return holders
 
 
-def _wordpiece_candidates(
-    tokenizer: WordPieceTokenizer, answers: Sequence[str], postings: dict[int, set[int]], max_span_wordpieces: int
-) -> set[int]:
-    """Blocks holding every wordpiece of some answer (as given or normalised)."""
+def _wordpiece_candidates(answers: Sequence[Sequence[int]], postings: dict[int, set[int]]) -> set[int]:
+    """Blocks holding every wordpiece of some answer (`answer_wordpieces`)."""
     found: set[int] = set()
-    for answer in answers:
-        for variant in {answer, normalize_answer(answer)}:
-            ids = tokenizer.encode(variant)
-            if not 0 < len(ids) <= max_span_wordpieces:
-                continue
-            lists = sorted((postings.get(i, set()) for i in set(ids)), key=len)
-            found |= set.intersection(*lists)
+    for ids in answers:
+        lists = sorted((postings.get(i, set()) for i in set(ids)), key=len)
+        found |= set.intersection(*lists)
     return found
 
 

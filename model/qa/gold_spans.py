@@ -8,7 +8,7 @@ example's answer type.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from realm.model.index.block_store import BlockStore
 from realm.model.networks.reader import body_offsets
@@ -30,22 +30,44 @@ def find_gold_spans(
     whole words: it may not start or end inside a word (a `##` piece at its start or right
     after its end), so "art" never matches inside "artist".
     """
-    body_ids = list(body_ids)
-    continues_word = [t.startswith("##") for t in tokenizer.convert_ids_to_tokens(body_ids)] + [False]
-    spans = set()
+    return wordpiece_spans(tokenizer, body_ids, answer_wordpieces(tokenizer, answers, max_span_wordpieces))
+
+
+def answer_wordpieces(tokenizer: WordPieceTokenizer, answers: Sequence[str], max_span_wordpieces: int) -> list[list[int]]:
+    """The wordpieces `find_gold_spans` looks for: each answer's, as given and normalised,
+    once each, but those empty or wider than `max_span_wordpieces`. Encoded once, they can be
+    sought in many bodies (`wordpiece_spans`)."""
+    found: list[list[int]] = []
     for answer in answers:
         for variant in {answer, normalize_answer(answer)}:
-            answer_ids = tokenizer.encode(variant)
-            width = len(answer_ids)
-            if not 0 < width <= max_span_wordpieces:
+            ids = tokenizer.encode(variant)
+            if 0 < len(ids) <= max_span_wordpieces and ids not in found:
+                found.append(ids)
+    return found
+
+
+def wordpiece_spans(
+    tokenizer: WordPieceTokenizer, body_ids: Sequence[int], answers: Sequence[Sequence[int]]
+) -> list[tuple[int, int]]:
+    """`find_gold_spans` of answers already encoded (`answer_wordpieces`)."""
+    body_ids = list(body_ids)
+    # Read only once some answer's wordpieces occur: most bodies searched hold none.
+    continues_word: list[bool] | None = None
+    spans = set()
+    for answer_ids in answers:
+        answer_ids, width = list(answer_ids), len(answer_ids)
+        start = -1
+        while True:
+            try:  # the answer's first wordpiece at each start it fits from, found at C speed
+                start = body_ids.index(answer_ids[0], start + 1, len(body_ids) - width + 1)
+            except ValueError:
+                break
+            if body_ids[start : start + width] != answer_ids:
                 continue
-            for start in range(len(body_ids) - width + 1):
-                if (
-                    body_ids[start : start + width] == answer_ids
-                    and not continues_word[start]
-                    and not continues_word[start + width]
-                ):
-                    spans.add((start, start + width - 1))
+            if continues_word is None:
+                continues_word = [t.startswith("##") for t in tokenizer.convert_ids_to_tokens(body_ids)] + [False]
+            if not continues_word[start] and not continues_word[start + width]:
+                spans.add((start, start + width - 1))
     return sorted(spans)
 
 
@@ -77,14 +99,37 @@ def regex_gold_spans(
     skipped before the span enumeration; a block whose text does not re-tokenize to its body
     has no spans here.
     """
+    return list(_regex_spans(tokenizer, body_ids, body_text, patterns, max_span_wordpieces))
+
+
+def holds_regex_span(
+    tokenizer: WordPieceTokenizer,
+    body_ids: Sequence[int],
+    body_text: str,
+    patterns: Sequence[str],
+    max_span_wordpieces: int = 10,
+) -> bool:
+    """Whether `regex_gold_spans` finds any span, looking no further than the first: the span
+    search is most of the time that finding every corpus block holding an answer takes."""
+    return next(_regex_spans(tokenizer, body_ids, body_text, patterns, max_span_wordpieces), None) is not None
+
+
+def _regex_spans(
+    tokenizer: WordPieceTokenizer,
+    body_ids: Sequence[int],
+    body_text: str,
+    patterns: Sequence[str],
+    max_span_wordpieces: int,
+) -> Iterator[tuple[int, int]]:
+    """`regex_gold_spans`' spans one at a time, by start then end: whether a block holds the
+    answer at all is known at its first (`holds_regex_span`)."""
     compiled = compile_patterns(patterns)
     if not any(c.search(body_text) for c in compiled):
-        return []
+        return
     offsets = body_offsets(tokenizer, body_ids, body_text)
     if offsets is None:
-        return []
+        return
     continues_word = [t.startswith("##") for t in tokenizer.convert_ids_to_tokens(list(body_ids))] + [False]
-    spans = []
     for start in range(len(offsets)):
         if continues_word[start]:
             continue
@@ -92,8 +137,7 @@ def regex_gold_spans(
             if not continues_word[end + 1]:
                 text = body_text[offsets[start][0] : offsets[end][1]]
                 if any(c.fullmatch(text) for c in compiled):
-                    spans.append((start, end))
-    return spans
+                    yield start, end
 
 
 def gold_spans(
@@ -104,3 +148,4 @@ def gold_spans(
     if example.answer_type == "regex":
         return regex_gold_spans(tokenizer, body_ids, blocks.text(block_id), example.answers, max_span_wordpieces)
     return find_gold_spans(tokenizer, body_ids, example.answers, max_span_wordpieces)
+

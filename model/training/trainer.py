@@ -48,6 +48,7 @@ from realm.model.networks.checkpoint import (
 )
 from realm.model.networks.config import set_transformers_verbosity_error
 from realm.model.networks.device import select_device
+from realm.model.networks.host_memory import reuse_freed_memory
 from realm.model.progress import Progress
 from realm.model.training.stage_inputs import changed_inputs
 
@@ -113,6 +114,9 @@ class Trainer:
 
     def __init__(self, checkpoint_root: str | os.PathLike, config: LoopSettings, device: torch.device | None, seed: int):
         set_transformers_verbosity_error()
+        # Steps allocate and free the same large buffers again and again (gradients,
+        # activations): keep them mapped rather than fault fresh pages in on every step.
+        reuse_freed_memory()
         self.checkpoint_root, self.config, self.seed = str(checkpoint_root), config, seed
         self.device = device or select_device()
         self.resume: ResumePoint | None = None

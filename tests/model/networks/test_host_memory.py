@@ -1,0 +1,58 @@
+import platform
+import subprocess
+import sys
+from unittest import mock
+
+import pytest
+
+from realm.model.networks import host_memory
+
+# A child process reports how many bytes glibc holds in mmapped chunks (mallinfo2's hblkhd)
+# before a 64 MiB buffer, while it is alive, and after it is freed: the allocator is
+# process-wide, so the test's own process is left as it was.
+MAPPED_BYTES = """
+import ctypes, sys
+from realm.model.networks.host_memory import reuse_freed_memory
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1] == "reuse":
+    assert reuse_freed_memory()
+before = libc.mallinfo2().hblkhd
+buffer = bytearray(64 << 20)
+alive = libc.mallinfo2().hblkhd
+del buffer
+print(before, alive, libc.mallinfo2().hblkhd)
+"""
+
+glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator")
+
+
+def mapped_bytes(way: str) -> tuple[int, int, int]:
+    out = subprocess.run([sys.executable, "-c", MAPPED_BYTES, way], capture_output=True, text=True, check=True).stdout
+    before, alive, freed = map(int, out.split())
+    return before, alive, freed
+
+
+@glibc_only
+def test_a_large_buffer_is_its_own_mapping_by_default():
+    before, alive, freed = mapped_bytes("default")
+    assert alive - before >= 64 << 20  # mapped for the buffer alone,
+    assert freed == before  # and unmapped when freed
+
+
+@glibc_only
+def test_with_freed_memory_reused_a_large_buffer_comes_from_the_heap():
+    before, alive, freed = mapped_bytes("reuse")
+    assert alive == freed == before
+
+
+def test_another_c_library_is_left_alone():
+    with mock.patch.object(host_memory.platform, "libc_ver", return_value=("", "")), \
+            mock.patch.object(host_memory.ctypes, "CDLL") as cdll:
+        assert host_memory.reuse_freed_memory() is False
+    cdll.assert_not_called()
