@@ -10,9 +10,10 @@ The run needs what `realm run` leaves before fine-tuning: blocks (with their ent
 published index and the pre-training checkpoint; trainers checkpoint into a temporary folder,
 never into the run. `--questions`: the first N shipped training questions, which is what the
 trainer's start-up costs (the steps cost the same whatever N is). Each process's first step
-is a warm-up; medians of the rest are reported, with each way's peak resident size, and
-whether the two ways' losses were the same bits at every step (they must be: the allocator
-moves no arithmetic).
+is a warm-up; medians of the rest are reported, then the time each process took to answer
+the main job's validation slice once after its steps (forwards only, as at each checkpoint),
+each way's peak resident size, and whether the two ways' losses were the same bits at every
+step (they must be: the allocator moves no arithmetic).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from realm.model.networks.config import ModelConfig, set_transformers_verbosity_
 from realm.model.networks.device import select_device
 from realm.model.qa.qa_data import read_qa_file
 from realm.model.training.stage_settings import FinetuneConfig
-from realm.model.training.train_finetune import FinetuneTrainer
+from realm.model.training.train_finetune import FinetuneTrainer, is_validation_question, validation_exact_match
 from realm.schemas.run_layout import RunLayout
 
 WAYS = ("default", "reused")
@@ -45,7 +46,10 @@ def train(run: str, way: str, steps: int, questions: int) -> dict:
     """One process's measurement: `steps` fine-tuning steps' times and losses, peak RSS."""
     set_transformers_verbosity_error()
     layout = RunLayout.at(run)
-    examples = [example for path in training_qa_paths() for example in read_qa_file(path)][:questions]
+    shipped = [example for path in training_qa_paths() for example in read_qa_file(path)]
+    examples, config = shipped[:questions], FinetuneConfig()
+    # The main job's whole validation slice (not only that of the first `questions`).
+    validation = [e for e in shipped if is_validation_question(e.question, config.validation_fraction)]
     index, start = latest_published(layout.index), latest_checkpoint(layout.checkpoints("pretrain"))
     if index is None or start is None:
         raise SystemExit(f"{run}: no published index or pre-training checkpoint (run `realm run` first)")
@@ -54,7 +58,7 @@ def train(run: str, way: str, steps: int, questions: int) -> dict:
     allocation = mock.patch("realm.model.training.trainer.reuse_freed_memory") if way == "default" else contextlib.nullcontext()
     with tempfile.TemporaryDirectory() as scratch, allocation:
         trainer = FinetuneTrainer(
-            examples, layout.blocks, str(index), str(start), scratch, model_config, FinetuneConfig(),
+            examples, layout.blocks, str(index), str(start), scratch, model_config, config,
             device=select_device(None),
         )
         times, losses = [], []
@@ -63,8 +67,15 @@ def train(run: str, way: str, steps: int, questions: int) -> dict:
             trainer.train_step()
             times.append(time.perf_counter() - started)
             losses.append(trainer.final_loss)
+        # Validation as at each checkpoint: forwards only, the allocator's other use.
+        started = time.perf_counter()
+        validation_exact_match(trainer.answerer, validation, config.num_read)
+        validation_s = time.perf_counter() - started
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    return {"way": way, "times": times, "losses": losses, "peak_gib": peak_gib}
+    return {
+        "way": way, "times": times, "losses": losses, "validation_questions": len(validation), "validation_s": validation_s,
+        "peak_gib": peak_gib,
+    }
 
 
 def main() -> None:
@@ -88,6 +99,7 @@ def main() -> None:
             results[way].append(json.loads(child.stdout.strip().splitlines()[-1]))
     # Every process's steps but its first (the warm-up), pooled.
     step_s = {way: statistics.median(t for r in runs for t in r["times"][1:]) for way, runs in results.items()}
+    validation_s = {way: statistics.median(r["validation_s"] for r in runs) for way, runs in results.items()}
     peak = {way: max(r["peak_gib"] for r in runs) for way, runs in results.items()}
     same_bits = len({tuple(r["losses"]) for runs in results.values() for r in runs}) == 1
     print(f"default allocation: {step_s['default']:.3f} s a step, peak {peak['default']:.2f} GiB resident")
@@ -95,10 +107,14 @@ def main() -> None:
         f"freed memory reused: {step_s['reused']:.3f} s a step ({step_s['default'] / step_s['reused']:.2f}x faster), "
         f"peak {peak['reused']:.2f} GiB resident"
     )
+    print(
+        f"validation ({results['default'][0]['validation_questions']} questions answered): medians: {validation_s['default']:.2f} vs "
+        f"{validation_s['reused']:.2f} s ({validation_s['default'] / validation_s['reused']:.2f}x)"
+    )
     print(f"losses the same bits at each of {args.steps} steps in all {2 * args.rounds} processes: {same_bits}")
     print(json.dumps({
         "run": args.run, "steps": args.steps, "rounds": args.rounds, "questions": args.questions,
-        "step_s": step_s, "peak_gib": peak, "same_losses": same_bits,
+        "step_s": step_s, "validation_s": validation_s, "peak_gib": peak, "same_losses": same_bits,
     }))
 
 

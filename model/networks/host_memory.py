@@ -6,14 +6,20 @@ frees them within the step: each word-embedding gradient is a dense [30,522, 384
 tensor (47 MB) built per padded-length group, the span scorer's activations are tens of MB,
 and every fresh page is zero-filled by the kernel on its first touch. Measured on the 2-core
 CPU, a fresh 47 MB `torch.zeros` takes ~12 ms against ~1 ms for one reused, and a
-fine-tuning step spends a ninth of its time so (`bench/host_memory.py`: 1.13x).
+fine-tuning step spends a tenth of its time so (`bench/host_memory.py`: 1.09-1.13x).
 
 `reuse_freed_memory` turns glibc's mmap path off and lets freed memory stay in the heap, so
 later steps get pages that are already mapped: what PyTorch's guide reaches by preloading
-jemalloc or tcmalloc, without a library to install. Arithmetic is untouched (every buffer is
-still 64-byte aligned by PyTorch's allocator), so a step's losses are the same bits; the
-price is a resident size that stays at the heap's high-water mark instead of shrinking
-between steps. Where the C library is not glibc (macOS, musl) it does nothing.
+jemalloc or tcmalloc, without a library to install. Only where buffers come from changes,
+not what is computed in them: the bench's losses are the same bits at every step. The price:
+the setting is the whole process's and lasts as long as it does (in `realm run`, from the
+ICT stage's trainer on, the index build and evaluation included), and its resident size
+no longer shrinks between steps: it stays at the heap's high-water mark or above, where
+fragmentation pins freed memory. It helps the main thread's heap, where the trainers run
+their steps (CPU autograd runs its backward on the calling thread); other threads' arenas
+still map their own. pyarrow allocates from its own pool, and Beam's workers are processes
+of their own: neither is touched. Where the C library is not glibc (macOS, musl) it does
+nothing.
 """
 
 from __future__ import annotations
@@ -34,13 +40,20 @@ TRIM_THRESHOLD_BYTES = 2**31 - 1
 
 def reuse_freed_memory() -> bool:
     """Keep freed host memory mapped for reuse (module docstring); whether this process's
-    allocator now does (False where it is not glibc's). Calling it again changes nothing."""
+    allocator now does (False where it is not glibc's, or glibc refused). Calling it again
+    changes nothing. A speed setting only: it never raises."""
     if platform.libc_ver()[0] != "glibc":
         return False
-    libc = ctypes.CDLL(None)  # the process's own C library, whichever file it was loaded from
-    # mallopt returns 1 on success; the trim threshold first, so that turning mmap off never
-    # meets a heap that still shrinks.
-    if not (libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) and libc.mallopt(M_MMAP_MAX, 0)):
-        log.warning("glibc's mallopt refused; freed host memory goes back to the kernel as before")
+    try:
+        mallopt = ctypes.CDLL(None).mallopt  # the process's own C library, whichever file it came from
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    # mallopt returns 1 on success.
+    if not mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES):
+        log.warning("glibc's mallopt refused a trim threshold; freed host memory goes back to the kernel as before")
+        return False
+    if not mallopt(M_MMAP_MAX, 0):
+        log.warning("glibc's mallopt refused to turn mmap off; large buffers are still mapped afresh")
         return False
     return True

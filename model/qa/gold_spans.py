@@ -56,6 +56,8 @@ def wordpiece_spans(
     spans = set()
     for answer_ids in answers:
         answer_ids, width = list(answer_ids), len(answer_ids)
+        if not 0 < width <= len(body_ids):
+            continue
         start = -1
         while True:
             try:  # the answer's first wordpiece at each start it fits from, found at C speed
@@ -148,4 +150,3 @@ def gold_spans(
     if example.answer_type == "regex":
         return regex_gold_spans(tokenizer, body_ids, blocks.text(block_id), example.answers, max_span_wordpieces)
     return find_gold_spans(tokenizer, body_ids, example.answers, max_span_wordpieces)
-

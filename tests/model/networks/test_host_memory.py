@@ -1,3 +1,5 @@
+import ctypes
+import os
 import platform
 import subprocess
 import sys
@@ -29,12 +31,19 @@ del buffer
 print(before, alive, libc.mallinfo2().hblkhd)
 """
 
-glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator")
+glibc_only = pytest.mark.skipif(
+    platform.libc_ver()[0] != "glibc" or not hasattr(ctypes.CDLL(None), "mallinfo2"),
+    reason="glibc's allocator, 2.33 or later (mallinfo2)",
+)
+# What would set the child's allocator otherwise than glibc's defaults.
+ALLOCATOR_ENVIRONMENT = ("LD_PRELOAD", "GLIBC_TUNABLES", "MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
 
 def mapped_bytes(way: str) -> tuple[int, int, int]:
-    out = subprocess.run([sys.executable, "-c", MAPPED_BYTES, way], capture_output=True, text=True, check=True).stdout
-    before, alive, freed = map(int, out.split())
+    env = {name: value for name, value in os.environ.items() if name not in ALLOCATOR_ENVIRONMENT}
+    child = subprocess.run([sys.executable, "-c", MAPPED_BYTES, way], capture_output=True, text=True, env=env)
+    assert child.returncode == 0, child.stderr
+    before, alive, freed = map(int, child.stdout.split())
     return before, alive, freed
 
 

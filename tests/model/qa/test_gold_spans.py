@@ -17,6 +17,8 @@ def test_every_occurrence_is_found_to_the_body_s_last_wordpiece(tokenizer):
     assert find_gold_spans(tokenizer, body, ["1969"]) == [(1, 1), (5, 5)]
     assert find_gold_spans(tokenizer, body, ["again in 1969"]) == [(3, 5)]
     assert find_gold_spans(tokenizer, body, ["in 1969 and again in 1969 too"]) == []  # longer than the body
+    assert find_gold_spans(tokenizer, body, ["in 1969 and again in 1969 and then never"]) == []
+    assert wordpiece_spans(tokenizer, body, [[]]) == []
 
 
 def test_answers_encoded_once_are_each_variant_once_and_find_the_same_spans(tokenizer):
