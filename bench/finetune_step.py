@@ -52,6 +52,16 @@ class OnePaddedForward:
         return reader.span_logits(joint, spans)
 
 
+def finetune_start(run: str) -> tuple[RunLayout, str, str, ModelConfig]:
+    """(layout, published index, pre-training checkpoint, model config) of a run prepared by
+    `realm run`, as the fine-tuning flow finds them; exits naming what the run lacks."""
+    layout = RunLayout.at(run)
+    index, start = latest_published(layout.index), latest_checkpoint(layout.checkpoints("pretrain"))
+    if index is None or start is None:
+        raise SystemExit(f"{run}: no published index or pre-training checkpoint (run `realm run` first)")
+    return layout, str(index), str(start), ModelConfig.preset(layout.model_preset())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", required=True, help="a run root prepared by `realm run`")
@@ -59,19 +69,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     set_transformers_verbosity_error()
-    layout = RunLayout.at(args.run)
+    layout, index, start, model_config = finetune_start(args.run)
     examples = [example for path in training_qa_paths() for example in read_qa_file(path)]
-    index, start = latest_published(layout.index), latest_checkpoint(layout.checkpoints("pretrain"))
-    if index is None or start is None:
-        raise SystemExit(f"{args.run}: no published index or pre-training checkpoint (run `realm run` first)")
-    model_config, device = ModelConfig.preset(layout.model_preset()), select_device(None)
+    device = select_device(None)
 
     one_padded_forward = OnePaddedForward()
     readings = {"by_length": finetune_loss_module.span_logits_by_length, "padded": one_padded_forward}
     with tempfile.TemporaryDirectory() as scratch:
         trainers = {
             way: FinetuneTrainer(
-                examples, layout.blocks, str(index), str(start), f"{scratch}/{way}", model_config, FinetuneConfig(),
+                examples, layout.blocks, index, start, f"{scratch}/{way}", model_config, FinetuneConfig(),
                 device=device, seed=args.seed,
             )
             for way in readings

@@ -30,14 +30,13 @@ import time
 from unittest import mock
 
 from realm.flows.demo import training_qa_paths
-from realm.model.index.mips import latest_published
-from realm.model.networks.checkpoint import latest_checkpoint
-from realm.model.networks.config import ModelConfig, set_transformers_verbosity_error
+from realm.model.networks.config import set_transformers_verbosity_error
 from realm.model.networks.device import select_device
 from realm.model.qa.qa_data import read_qa_file
 from realm.model.training.stage_settings import FinetuneConfig
 from realm.model.training.train_finetune import FinetuneTrainer, is_validation_question, validation_exact_match
-from realm.schemas.run_layout import RunLayout
+
+from finetune_step import finetune_start
 
 WAYS = ("default", "reused")
 
@@ -45,20 +44,16 @@ WAYS = ("default", "reused")
 def train(run: str, way: str, steps: int, questions: int) -> dict:
     """One process's measurement: `steps` fine-tuning steps' times and losses, peak RSS."""
     set_transformers_verbosity_error()
-    layout = RunLayout.at(run)
+    layout, index, start, model_config = finetune_start(run)
     shipped = [example for path in training_qa_paths() for example in read_qa_file(path)]
     examples, config = shipped[:questions], FinetuneConfig()
     # The main job's whole validation slice (not only that of the first `questions`).
     validation = [e for e in shipped if is_validation_question(e.question, config.validation_fraction)]
-    index, start = latest_published(layout.index), latest_checkpoint(layout.checkpoints("pretrain"))
-    if index is None or start is None:
-        raise SystemExit(f"{run}: no published index or pre-training checkpoint (run `realm run` first)")
-    model_config = ModelConfig.preset(layout.model_preset())
     # The default way leaves glibc as it starts; the trainer would otherwise set it at once.
     allocation = mock.patch("realm.model.training.trainer.reuse_freed_memory") if way == "default" else contextlib.nullcontext()
     with tempfile.TemporaryDirectory() as scratch, allocation:
         trainer = FinetuneTrainer(
-            examples, layout.blocks, str(index), str(start), scratch, model_config, config,
+            examples, layout.blocks, index, start, scratch, model_config, config,
             device=select_device(None),
         )
         times, losses = [], []

@@ -67,10 +67,16 @@ def wordpiece_spans(
             if body_ids[start : start + width] != answer_ids:
                 continue
             if continues_word is None:
-                continues_word = [t.startswith("##") for t in tokenizer.convert_ids_to_tokens(body_ids)] + [False]
+                continues_word = _continues_word(tokenizer, body_ids)
             if not continues_word[start] and not continues_word[start + width]:
                 spans.add((start, start + width - 1))
     return sorted(spans)
+
+
+def _continues_word(tokenizer: WordPieceTokenizer, body_ids: Sequence[int]) -> list[bool]:
+    """Whether each body wordpiece continues the word before it (a `##` piece), and False one
+    past the end: a span ending at the body's last wordpiece ends a word."""
+    return [t.startswith("##") for t in tokenizer.convert_ids_to_tokens(list(body_ids))] + [False]
 
 
 def compile_patterns(patterns: Sequence[str]) -> list[re.Pattern]:
@@ -131,7 +137,7 @@ def _regex_spans(
     offsets = body_offsets(tokenizer, body_ids, body_text)
     if offsets is None:
         return
-    continues_word = [t.startswith("##") for t in tokenizer.convert_ids_to_tokens(list(body_ids))] + [False]
+    continues_word = _continues_word(tokenizer, body_ids)
     for start in range(len(offsets)):
         if continues_word[start]:
             continue
