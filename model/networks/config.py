@@ -42,6 +42,8 @@ class ModelConfig:
     `answer_pointer`: the reader's questions end in an answer slot that points at the span
     (`realm.model.networks.answer_pointer`). `block_relevance`: the reader scores each block
     as a whole from its [CLS] state, added to every span of the block (`Reader`).
+    `span_features`: the reader's span MLP also reads each span's width and nearness to the
+    question's words (`realm.model.networks.span_features`).
     """
 
     model_dir: str | None
@@ -56,6 +58,7 @@ class ModelConfig:
     max_span_wordpieces: int = 10
     answer_pointer: bool = False
     block_relevance: bool = False
+    span_features: bool = False
     # Shape of a randomly initialised BERT (ignored when warm-starting from model_dir).
     hidden_size: int = 128
     num_attention_heads: int = 2
@@ -102,6 +105,7 @@ class ModelConfig:
         config.max_span_wordpieces = self.max_span_wordpieces
         config.answer_pointer = self.answer_pointer
         config.block_relevance = self.block_relevance
+        config.span_features = self.span_features
         return config
 
     def tokenizer(self) -> WordPieceTokenizer:

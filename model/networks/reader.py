@@ -14,7 +14,9 @@ question also says are marked in the input (`realm.model.networks.question_match
 are the named entities' types (`realm.model.networks.entity_types`). A reader built with
 `answer_pointer` reads `[CLS] q [MASK] [SEP] z_body [SEP]` and adds the slot's pointer scores
 to each span's (`realm.model.networks.answer_pointer`). A reader built with `block_relevance`
-adds a score of the whole block, read from its [CLS] state, to each of the block's spans.
+adds a score of the whole block, read from its [CLS] state, to each of the block's spans; one
+built with `span_features` adds learned vectors of each span's width and nearness to the
+question's words to its hidden layer (`realm.model.networks.span_features`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from realm.model.networks.inputs import (
 )
 from realm.model.networks.marginal import LOG_ZERO, as_float32_or_wider, mask_log_scores, masked_logsumexp
 from realm.model.networks.question_match import question_match_flags
+from realm.model.networks.span_features import SpanFeatures
 from realm.model.tokenization import WordPieceTokenizer
 
 
@@ -148,7 +151,10 @@ class Reader(BertPreTrainedModel):
     is added to each of its spans (DPR's passage selector, trained here through the same joint
     softmax): the span MLP's LayerNorm keeps each span's score in a bounded range, so without
     it a block's relevance to the question reaches the scores only through every span's own
-    start and end states. It starts at zero, so a warm start reads as before.
+    start and end states. It starts at zero, so a warm start reads as before. With
+    `config.span_features`, each span's width, distance to the block's nearest question word
+    and whether it holds one add their learned vectors (from zero) to the MLP's hidden layer
+    (`realm.model.networks.span_features`).
     """
 
     def __init__(self, config: BertConfig):
@@ -164,6 +170,8 @@ class Reader(BertPreTrainedModel):
         relevance = getattr(config, "block_relevance", False)
         # No bias: one constant added to every span of every read block cancels in the softmax.
         self.block_relevance = nn.Linear(config.hidden_size, 1, bias=False) if relevance else None
+        featured = getattr(config, "span_features", False)
+        self.span_features = SpanFeatures(config.max_span_wordpieces, config.span_hidden_size) if featured else None
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -171,13 +179,17 @@ class Reader(BertPreTrainedModel):
         # Added features start at zero, so a warm start reads as it did.
         if any(module is getattr(self, name, None) for name in ("question_match", "entity_type", "block_relevance")):
             nn.init.zeros_(module.weight)
+        features = getattr(self, "span_features", None)
+        if features is not None and any(module is embedding for embedding in features.children()):
+            nn.init.zeros_(module.weight)
 
     def fresh_modules(self) -> list[nn.Module]:
         """The span MLP and the question-match and entity-type vectors, which no warm start
         holds (but the question-match vector of a pre-training that marked the masked
         sentence's words), the answer pointer (but a copy head's, `AnswerPointer.start_from`) and
-        the block relevance score; fine-tuning gives them their own learning rate."""
-        extra = [module for module in (self.answer_pointer, self.block_relevance) if module is not None]
+        the block relevance score and the span features; fine-tuning gives them their own learning rate."""
+        optional = (self.answer_pointer, self.block_relevance, self.span_features)
+        extra = [module for module in optional if module is not None]
         return [self.span_projection, self.span_norm, self.span_output, self.question_match, self.entity_type, *extra]
 
     @property
@@ -197,7 +209,10 @@ class Reader(BertPreTrainedModel):
         with torch.autocast(hidden.device.type, enabled=False):
             hidden = hidden.float()
             start_part, end_part = self.span_projection(hidden).chunk(2, dim=-1)  # [n, length, span_hidden] x2
-            span_hidden = self.span_norm(_span_sums(start_part, end_part, spans).relu_())  # [n, spans, span_hidden]
+            span_hidden = _span_sums(start_part, end_part, spans)  # [n, spans, span_hidden]
+            if self.span_features is not None:
+                span_hidden = span_hidden + self.span_features(joint.question_match, spans.starts, spans.ends)
+            span_hidden = self.span_norm(span_hidden.relu_())
             logits = self.span_output(span_hidden).squeeze(-1)  # [n, spans]
             if self.answer_pointer is not None:
                 start, end = self.answer_pointer(hidden, answer_slots(joint))  # [n, length] x2

@@ -233,6 +233,11 @@ class FinetuneConfig(RetentionConfig):
         False, description="the reader scores each read block as a whole from its [CLS] state (a linear map from zero, "
         "trained at span_head_learning_rate) and adds it to every span of the block (DPR's passage selector)",
     )
+    span_features: bool = Field(
+        False, description="the span MLP also reads each span's width, its distance to the block's nearest word the "
+        "question says and whether it holds one, as learned vectors from zero trained at span_head_learning_rate "
+        "(realm.model.networks.span_features)",
+    )
     # A pre-trained encoder can read worse than the warm start it was pre-trained from
     # (README, the reproduction's swapped rows); a point on the line between the two keeps
     # both in one basin (WiSE-FT, Wortsman et al. 2022, interpolates a fine-tuned model with its start).

@@ -148,7 +148,8 @@ class FinetuneTrainer(Trainer):
             lambda: initial_components(
                 init_checkpoint, model_config, self.device, reader_init=reader_init, with_query_embedder=dense,
                 reader_dropout=config.reader_dropout, answer_pointer=config.answer_pointer,
-                block_relevance=config.block_relevance, encoder_share=config.encoder_share,
+                block_relevance=config.block_relevance, span_features=config.span_features,
+                encoder_share=config.encoder_share,
             ),
             inputs,
         )

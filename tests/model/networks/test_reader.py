@@ -230,6 +230,21 @@ def test_inputs_without_entity_types_for_every_body_wordpiece_are_refused(tiny_c
         build_reader(tiny_config).span_logits(dataclasses.replace(joint, entity_types=None), spans)
 
 
+def _ada_and_the_nile(tokenizer, first_body="ada lovelace wrote it for the engine"):
+    """A question read with two blocks, the first holding its answer: (bodies, joint, spans)."""
+    question = tokenizer.encode("who wrote the first algorithm")
+    bodies = [tokenizer.encode(t) for t in (first_body, "the nile")]
+    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies], untyped(bodies))
+    return bodies, joint, spans
+
+
+def _joint_loss_backward(tokenizer, logits, spans, answer_body) -> None:
+    """Back-propagate the joint loss of `_ada_and_the_nile`'s question read with its two blocks."""
+    gold = spans.gold_mask([find_gold_spans(tokenizer, answer_body, ["Ada Lovelace"]), []])
+    joint_logits = joint_span_logits(logits[None], torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool))
+    joint_reader_loss(joint_logits, gold.view(1, -1))[0].sum().backward()
+
+
 def test_block_relevance_starts_at_zero_and_shifts_every_span_of_a_block_by_its_cls_score(tiny_config, tokenizer):
     """A reader built with `block_relevance` reads as one without it (same weights otherwise)
     until its score moves; it is a fresh module with a gradient from the joint loss; once
@@ -240,16 +255,12 @@ def test_block_relevance_starts_at_zero_and_shifts_every_span_of_a_block_by_its_
     assert plain.block_relevance is None and scored.config.block_relevance
     missing, unexpected = scored.load_state_dict(plain.state_dict(), strict=False)
     assert missing == ["block_relevance.weight"] and not unexpected
-    question = tokenizer.encode("who wrote the first algorithm")
-    bodies = [tokenizer.encode(t) for t in ("ada lovelace wrote it for the engine", "the nile")]
-    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies], untyped(bodies))
+    bodies, joint, spans = _ada_and_the_nile(tokenizer)
     logits = scored.span_logits(joint, spans)
     assert torch.equal(logits.detach(), plain.span_logits(joint, spans).detach())
     assert scored.block_relevance in scored.fresh_modules()
 
-    gold = spans.gold_mask([find_gold_spans(tokenizer, bodies[0], ["Ada Lovelace"]), []])
-    joint_logits = joint_span_logits(logits[None], torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool))
-    joint_reader_loss(joint_logits, gold.view(1, -1))[0].sum().backward()
+    _joint_loss_backward(tokenizer, logits, spans, bodies[0])
     assert scored.block_relevance.weight.grad.abs().sum() > 0
 
     with torch.no_grad():
@@ -265,3 +276,31 @@ def test_block_relevance_starts_at_zero_and_shifts_every_span_of_a_block_by_its_
         assert torch.allclose(shift, expected[row].expand_as(shift), atol=1e-4)
     assert (changed[~valid] == LOG_ZERO).all()
     assert not torch.isclose(expected[0], expected[1])
+
+
+def test_span_features_start_at_zero_learn_from_the_joint_loss_and_then_move_the_spans(tiny_config, tokenizer):
+    """A reader built with `span_features` reads as one without it (same weights otherwise)
+    until its vectors move; they are fresh modules with a gradient from the joint loss, and
+    once non-zero they move the valid spans' scores and leave invalid spans masked."""
+    torch.manual_seed(0)
+    plain = build_reader(tiny_config).eval()
+    featured = build_reader(dataclasses.replace(tiny_config, span_features=True)).eval()
+    assert plain.span_features is None and featured.config.span_features
+    missing, unexpected = featured.load_state_dict(plain.state_dict(), strict=False)
+    assert sorted(missing) == [f"span_features.{name}.weight" for name in ("distance", "holds_question_word", "width")]
+    assert not unexpected and all(weight.abs().sum() == 0 for weight in featured.span_features.parameters())
+    bodies, joint, spans = _ada_and_the_nile(tokenizer, "ada lovelace wrote the first algorithm for the engine")
+    logits = featured.span_logits(joint, spans)
+    assert torch.equal(logits.detach(), plain.span_logits(joint, spans).detach())
+    assert featured.span_features in featured.fresh_modules()
+
+    _joint_loss_backward(tokenizer, logits, spans, bodies[0])
+    assert all(weight.grad.abs().sum() > 0 for weight in featured.span_features.parameters())
+
+    with torch.no_grad():
+        for weight in featured.span_features.parameters():
+            weight.normal_()
+        changed = featured.span_logits(joint, spans)
+    valid = spans.valid
+    assert not torch.allclose(changed[valid], logits.detach()[valid])
+    assert (changed[~valid] == LOG_ZERO).all()

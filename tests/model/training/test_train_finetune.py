@@ -62,6 +62,14 @@ def _weights(checkpoint) -> dict[str, torch.Tensor]:
     }
 
 
+def _answers_from_its_blocks(checkpoint, qa_corpus, tiny_config) -> None:
+    """The checkpoint answers a question with a span of a block it read, as that block's text has it."""
+    answerer = Answerer.from_checkpoint(checkpoint, qa_corpus[1], qa_corpus[0], tiny_config, CPU)
+    prediction = answerer.answer([EXAMPLES[0].question], num_read=3)[0]
+    read_from = next(e for e in prediction.evidence if e.block_id == prediction.block_id)
+    assert prediction.answer and read_from.text[slice(*prediction.answer_offsets)] == prediction.answer
+
+
 def _digests(path: str) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in Path(path).iterdir()}
 
@@ -625,20 +633,14 @@ def test_an_answer_pointer_starts_from_the_pretrained_copy_head_trains_and_answe
     assert all(math.isfinite(m["reader_loss"]) for m in logged)
     moved = load_components(trained["checkpoint"])["reader"].answer_pointer.state_dict()
     assert all(not torch.equal(moved[key], pointer[key]) for key in pointer)
-    answerer = Answerer.from_checkpoint(trained["checkpoint"], qa_corpus[1], qa_corpus[0], tiny_config, CPU)
-    prediction = answerer.answer([EXAMPLES[0].question], num_read=3)[0]
-    read_from = next(e for e in prediction.evidence if e.block_id == prediction.block_id)
-    assert prediction.answer and read_from.text[slice(*prediction.answer_offsets)] == prediction.answer
+    _answers_from_its_blocks(trained["checkpoint"], qa_corpus, tiny_config)
 
 
-def test_block_relevance_trains_from_zero_and_answers_from_its_checkpoint(qa_corpus, tmp_path, tiny_config):
-    relevance = CONFIG.model_copy(update={"block_relevance": True, "epochs": 2})
-    trained, logged = _train(qa_corpus, tmp_path / "trained", tiny_config, relevance)
+@pytest.mark.parametrize("setting", ["block_relevance", "span_features"])
+def test_reader_modules_train_from_zero_and_answer_from_their_checkpoint(setting, qa_corpus, tmp_path, tiny_config):
+    trained, logged = _train(qa_corpus, tmp_path / "trained", tiny_config, CONFIG.model_copy(update={setting: True, "epochs": 2}))
     assert all(math.isfinite(m["reader_loss"]) for m in logged)
     reader = load_components(trained["checkpoint"])["reader"]
-    assert reader.config.block_relevance  # saved with it, so answering scores blocks too
-    assert reader.block_relevance.weight.abs().sum() > 0
-    answerer = Answerer.from_checkpoint(trained["checkpoint"], qa_corpus[1], qa_corpus[0], tiny_config, CPU)
-    prediction = answerer.answer([EXAMPLES[0].question], num_read=3)[0]
-    read_from = next(e for e in prediction.evidence if e.block_id == prediction.block_id)
-    assert prediction.answer and read_from.text[slice(*prediction.answer_offsets)] == prediction.answer
+    assert getattr(reader.config, setting)  # saved with it, so answering reads with it too
+    assert all(weight.abs().sum() > 0 for weight in getattr(reader, setting).parameters())
+    _answers_from_its_blocks(trained["checkpoint"], qa_corpus, tiny_config)
