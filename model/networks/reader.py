@@ -201,6 +201,11 @@ class Reader(BertPreTrainedModel):
         """[n, spans] float32 span scores; LOG_ZERO at invalid spans. `joint` from `reader_inputs`."""
         if joint.question_match is None or joint.entity_types is None:
             raise ValueError("reader inputs need their question_match flags and entity types (built by reader_inputs)")
+        if self.span_features is not None and spans.max_span > self.span_features.max_span:
+            raise ValueError(
+                f"spans of up to {spans.max_span} wordpieces, but the reader's span features know widths up to "
+                f"{self.span_features.max_span} (its max_span_wordpieces)"
+            )
         hidden = hidden_states_with_added_embeddings(
             self.bert, joint, self.question_match(joint.question_match), self.entity_type(joint.entity_types)
         )  # [n, length, hidden]
@@ -211,7 +216,7 @@ class Reader(BertPreTrainedModel):
             start_part, end_part = self.span_projection(hidden).chunk(2, dim=-1)  # [n, length, span_hidden] x2
             span_hidden = _span_sums(start_part, end_part, spans)  # [n, spans, span_hidden]
             if self.span_features is not None:
-                span_hidden = span_hidden + self.span_features(joint.question_match, spans.starts, spans.ends)
+                span_hidden.add_(self.span_features(joint.question_match, spans.starts, spans.ends))
             span_hidden = self.span_norm(span_hidden.relu_())
             logits = self.span_output(span_hidden).squeeze(-1)  # [n, spans]
             if self.answer_pointer is not None:

@@ -304,3 +304,11 @@ def test_span_features_start_at_zero_learn_from_the_joint_loss_and_then_move_the
     valid = spans.valid
     assert not torch.allclose(changed[valid], logits.detach()[valid])
     assert (changed[~valid] == LOG_ZERO).all()
+
+
+def test_a_reader_with_span_features_refuses_spans_wider_than_its_width_table(tiny_config, tokenizer):
+    featured = build_reader(dataclasses.replace(tiny_config, span_features=True, max_span_wordpieces=3)).eval()
+    question, body = tokenizer.encode("who wrote it"), tokenizer.encode("ada lovelace wrote it")
+    joint, spans = reader_inputs(tokenizer, [(question, body)], untyped([body]), max_span=4)
+    with pytest.raises(ValueError, match="spans of up to 4 wordpieces, but the reader's span features know widths up to 3"):
+        featured.span_logits(joint, spans)
