@@ -40,12 +40,13 @@ def span_feature_ids(
     n, length = question_match.shape
     flagged = question_match > 0
     positions = torch.arange(length, device=question_match.device).expand(n, length)
-    # The nearest flagged position at or before / at or after each position; ±length·2 where none.
+    # The nearest flagged position at or before / at or after each position; −far / far where none,
+    # so a span's distance to a missing flag exceeds `length`.
     far = 2 * length
     before = torch.where(flagged, positions, torch.full_like(positions, -far)).cummax(dim=1).values
-    after = torch.where(flagged, positions, torch.full_like(positions, 2 * far)).flip(1).cummin(dim=1).values.flip(1)
+    after = torch.where(flagged, positions, torch.full_like(positions, far)).flip(1).cummin(dim=1).values.flip(1)
     before = torch.cat([torch.full_like(before[:, :1], -far), before], dim=1)  # [n, length + 1]: before[p] is at or before p − 1
-    after = torch.cat([after, torch.full_like(after[:, :1], 2 * far)], dim=1)  # after[p + 1] is at or after p + 1
+    after = torch.cat([after, torch.full_like(after[:, :1], far)], dim=1)  # after[p + 1] is at or after p + 1
     counts = torch.cat([torch.zeros_like(positions[:, :1]), flagged.long().cumsum(dim=1)], dim=1)  # counts[p]: flags before p
 
     starts, ends = starts.clamp(max=length - 1), ends.clamp(max=length - 1)
