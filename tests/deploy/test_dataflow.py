@@ -5,6 +5,7 @@ import importlib.metadata
 import json
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 import apache_beam
@@ -63,3 +64,14 @@ def test_worker_requirements_cover_every_third_party_import_of_the_pipelines():
                     continue
                 owners = {d.lower().replace("_", "-") for d in module_owners.get(top, [])}
                 assert owners & requirements, f"{source.name} imports {top} ({owners}) missing from requirements.txt"
+
+
+def test_the_package_the_image_and_the_worker_requirements_pin_one_beam():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = [*project["dependencies"], *project["optional-dependencies"]["dataflow"]]
+    requirements += (DATAFLOW / "requirements.txt").read_text().splitlines()
+    pins = {r.split("==")[1] for r in requirements if re.match(r"apache-beam(\[\w+\])?\s*==", r)}
+    beams = [r for r in requirements if r.startswith("apache-beam")]
+    (image,) = re.findall(r"^ARG BEAM_VERSION=(\S+)$", (DATAFLOW / "Dockerfile").read_text(), flags=re.M)
+    assert len(pins) == 1 and len(beams) == 3, beams
+    assert pins == {image}
