@@ -84,7 +84,7 @@ def test_a_warm_up_and_a_fine_tuning_that_build_different_readers_are_refused_be
     both = PipelineParams(warmup=ReaderWarmupParams(questions=100, block_relevance=True), finetune=FinetuneParams(block_relevance=True))
     assert both.finetune.block_relevance and both.warmup.block_relevance
     with pytest.raises(ValueError, match="warmup and finetune set span_features differently"):
-        PipelineParams(warmup=ReaderWarmupParams(questions=100, span_features=True), finetune=FinetuneParams())
+        PipelineParams(warmup=ReaderWarmupParams(questions=100), finetune=FinetuneParams(span_features=False))
 
 
 @pytest.mark.parametrize(
