@@ -71,10 +71,14 @@ def _answers_from_its_blocks(checkpoint, qa_corpus, tiny_config) -> None:
 
 
 def _warmed_up(tiny_config) -> dict[str, torch.nn.Module]:
-    """A warm-up's components, its reader built with the reader modules CONFIG's fine-tuning builds
-    (the flow refuses a warm-up and a fine-tuning that set them differently)."""
-    reader_config = dataclasses.replace(tiny_config, span_features=CONFIG.span_features)
-    return {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(reader_config)}
+    """A warm-up's components, its reader built with the span features as CONFIG's fine-tuning
+    builds it (the flow refuses a warm-up and a fine-tuning that set them differently), the
+    features away from their zero start so that a fresh table would not pass for the warm-up's."""
+    reader = build_reader(dataclasses.replace(tiny_config, span_features=CONFIG.span_features))
+    with torch.no_grad():
+        for table in reader.span_features.parameters():
+            table.normal_()
+    return {"query_embedder": build_component(Embedder, tiny_config), "reader": reader}
 
 
 def _digests(path: str) -> dict[str, str]:
