@@ -31,7 +31,7 @@ from realm.model.networks.checkpoint import latest_checkpoint
 from realm.model.networks.config import ModelConfig, set_transformers_verbosity_error
 from realm.model.networks.device import select_device
 from realm.model.networks.reader import Reader
-from realm.model.qa.qa_data import read_qa_file
+from realm.model.qa.qa_data import QAExample, read_qa_file
 from realm.model.training.stage_settings import FinetuneConfig
 from realm.model.training.train_finetune import FinetuneTrainer
 from realm.schemas.run_layout import RunLayout
@@ -62,6 +62,11 @@ def finetune_start(run: str) -> tuple[RunLayout, str, str, ModelConfig]:
     return layout, str(index), str(start), ModelConfig.preset(layout.model_preset())
 
 
+def shipped_training_questions() -> list[QAExample]:
+    """The shipped training questions, in the order fine-tuning reads them when given no files."""
+    return [example for path in training_qa_paths() for example in read_qa_file(path)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", required=True, help="a run root prepared by `realm run`")
@@ -70,7 +75,7 @@ def main() -> None:
     args = parser.parse_args()
     set_transformers_verbosity_error()
     layout, index, start, model_config = finetune_start(args.run)
-    examples = [example for path in training_qa_paths() for example in read_qa_file(path)]
+    examples = shipped_training_questions()
     device = select_device(None)
 
     one_padded_forward = OnePaddedForward()

@@ -29,14 +29,12 @@ import tempfile
 import time
 from unittest import mock
 
-from realm.flows.demo import training_qa_paths
 from realm.model.networks.config import set_transformers_verbosity_error
 from realm.model.networks.device import select_device
-from realm.model.qa.qa_data import read_qa_file
 from realm.model.training.stage_settings import FinetuneConfig
 from realm.model.training.train_finetune import FinetuneTrainer, is_validation_question, validation_exact_match
 
-from finetune_step import finetune_start
+from finetune_step import finetune_start, shipped_training_questions
 
 WAYS = ("default", "reused")
 
@@ -45,7 +43,7 @@ def train(run: str, way: str, steps: int, questions: int) -> dict:
     """One process's measurement: `steps` fine-tuning steps' times and losses, peak RSS."""
     set_transformers_verbosity_error()
     layout, index, start, model_config = finetune_start(run)
-    shipped = [example for path in training_qa_paths() for example in read_qa_file(path)]
+    shipped = shipped_training_questions()
     examples, config = shipped[:questions], FinetuneConfig()
     # The main job's whole validation slice (not only that of the first `questions`).
     validation = [e for e in shipped if is_validation_question(e.question, config.validation_fraction)]

@@ -21,14 +21,12 @@ import json
 import tempfile
 import time
 
-from realm.flows.demo import training_qa_paths
 from realm.model.networks.config import set_transformers_verbosity_error
 from realm.model.networks.device import select_device
-from realm.model.qa.qa_data import read_qa_file
 from realm.model.training.stage_settings import FinetuneConfig
 from realm.model.training.train_finetune import FinetuneTrainer
 
-from finetune_step import finetune_start
+from finetune_step import finetune_start, shipped_training_questions
 from reader_batch import median_after_warmup
 
 WAYS = ("without", "with")
@@ -43,7 +41,7 @@ def main() -> None:
     args = parser.parse_args()
     set_transformers_verbosity_error()
     layout, index, start, model_config = finetune_start(args.run)
-    shipped = [example for path in training_qa_paths() for example in read_qa_file(path)]
+    shipped = shipped_training_questions()
     device = select_device(None)
     with tempfile.TemporaryDirectory() as scratch:
         trainers = {

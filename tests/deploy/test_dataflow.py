@@ -9,8 +9,8 @@ import tomllib
 from pathlib import Path
 
 import apache_beam
-from packaging.requirements import Requirement
 from apache_beam.options.pipeline_options import PipelineOptions
+from packaging.requirements import Requirement
 
 from realm.pipelines.options import RealmOptions
 from realm.pipelines.readers import CORPORA
