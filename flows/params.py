@@ -58,7 +58,7 @@ ReaderWarmupParams = ReaderWarmupConfig
 # Settings that act through the query tower: a BM25 run has none, so they would do nothing there.
 DENSE_ONLY_SETTINGS = ("bm25_candidates", "retrieve_every_step", "retriever_corpus_softmax")
 # Settings that give the reader modules of its own: a reader saved with one set loads only into the same.
-READER_MODULE_SETTINGS = ("answer_pointer", "block_relevance", "span_features")
+READER_MODULE_SETTINGS = ("answer_pointer", "block_relevance", "span_features", "answer_type")
 
 
 class FinetuneParams(FinetuneConfig):

@@ -43,7 +43,8 @@ class ModelConfig:
     (`realm.model.networks.answer_pointer`). `block_relevance`: the reader scores each block
     as a whole from its [CLS] state, added to every span of the block (`Reader`).
     `span_features`: the reader's span MLP also reads each span's width and nearness to the
-    question's words (`realm.model.networks.span_features`).
+    question's words (`realm.model.networks.span_features`). `answer_type`: the reader scores
+    each whole-entity span's type against the question (`realm.model.networks.answer_type`).
     """
 
     model_dir: str | None
@@ -59,6 +60,7 @@ class ModelConfig:
     answer_pointer: bool = False
     block_relevance: bool = False
     span_features: bool = False
+    answer_type: bool = False
     # Shape of a randomly initialised BERT (ignored when warm-starting from model_dir).
     hidden_size: int = 128
     num_attention_heads: int = 2
@@ -106,6 +108,7 @@ class ModelConfig:
         config.answer_pointer = self.answer_pointer
         config.block_relevance = self.block_relevance
         config.span_features = self.span_features
+        config.answer_type = self.answer_type
         return config
 
     def tokenizer(self) -> WordPieceTokenizer:

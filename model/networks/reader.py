@@ -16,7 +16,9 @@ are the named entities' types (`realm.model.networks.entity_types`). A reader bu
 to each span's (`realm.model.networks.answer_pointer`). A reader built with `block_relevance`
 adds a score of the whole block, read from its [CLS] state, to each of the block's spans; one
 built with `span_features` adds learned vectors of each span's width and nearness to the
-question's words to its hidden layer (`realm.model.networks.span_features`).
+question's words to its hidden layer (`realm.model.networks.span_features`); one built with
+`answer_type` adds a score of each whole-entity span's type given the question
+(`realm.model.networks.answer_type`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from torch import nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
 
 from realm.model.networks.answer_pointer import AnswerPointer
+from realm.model.networks.answer_type import AnswerType
 from realm.model.networks.config import ModelConfig, build_component
 from realm.model.networks.entity_types import NUM_ENTITY_TYPES
 from realm.model.networks.inputs import (
@@ -37,6 +40,7 @@ from realm.model.networks.inputs import (
     hidden_states_with_added_embeddings,
     joint_sequence,
     pad_batch,
+    question_mask,
     same_padded_length_groups,
 )
 from realm.model.networks.marginal import LOG_ZERO, as_float32_or_wider, mask_log_scores, masked_logsumexp
@@ -154,7 +158,9 @@ class Reader(BertPreTrainedModel):
     start and end states. It starts at zero, so a warm start reads as before. With
     `config.span_features`, each span's width, distance to the block's nearest question word
     and whether it holds one add their learned vectors (from zero) to the MLP's hidden layer
-    (`realm.model.networks.span_features`).
+    (`realm.model.networks.span_features`). With `config.answer_type`, a span that is one whole
+    named entity adds a score of its type read from the question's states, from zero
+    (`realm.model.networks.answer_type`).
     """
 
     def __init__(self, config: BertConfig):
@@ -168,27 +174,38 @@ class Reader(BertPreTrainedModel):
         pointing = getattr(config, "answer_pointer", False)
         self.answer_pointer = AnswerPointer(config.hidden_size) if pointing else None
         relevance = getattr(config, "block_relevance", False)
-        # No bias: one constant added to every span of every read block cancels in the softmax.
-        self.block_relevance = nn.Linear(config.hidden_size, 1, bias=False) if relevance else None
         featured = getattr(config, "span_features", False)
-        self.span_features = SpanFeatures(config.max_span_wordpieces, config.span_hidden_size) if featured else None
+        typed = getattr(config, "answer_type", False)
+        # The optional modules start at zero and draw nothing from the seeded generator, built or
+        # initialised: turning one on leaves every other draw of a seeded run where it was.
+        with torch.random.fork_rng(devices=[]):
+            # No bias: one constant added to every span of every read block cancels in the softmax.
+            self.block_relevance = nn.Linear(config.hidden_size, 1, bias=False) if relevance else None
+            self.span_features = SpanFeatures(config.max_span_wordpieces, config.span_hidden_size) if featured else None
+            self.answer_type = AnswerType(config.hidden_size) if typed else None
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
         # Added features start at zero, so a warm start reads as it did.
-        if any(module is getattr(self, name, None) for name in ("question_match", "entity_type", "block_relevance")):
-            nn.init.zeros_(module.weight)
+        optional = [self.block_relevance] if getattr(self, "block_relevance", None) is not None else []
         features = getattr(self, "span_features", None)
-        if features is not None and any(module is embedding for embedding in features.children()):
+        optional += list(features.children()) if features is not None else []
+        typing = getattr(self, "answer_type", None)
+        optional += [typing.score] if typing is not None else []
+        if any(module is zero_start for zero_start in optional):
+            nn.init.zeros_(module.weight)
+            return
+        super()._init_weights(module)
+        if any(module is getattr(self, name, None) for name in ("question_match", "entity_type")):
             nn.init.zeros_(module.weight)
 
     def fresh_modules(self) -> list[nn.Module]:
         """The span MLP and the question-match and entity-type vectors, which no warm start
         holds (but the question-match vector of a pre-training that marked the masked
         sentence's words), the answer pointer (but a copy head's, `AnswerPointer.start_from`) and
-        the block relevance score and the span features; fine-tuning gives them their own learning rate."""
-        optional = (self.answer_pointer, self.block_relevance, self.span_features)
+        the block relevance score, the span features and the answer type; fine-tuning gives them
+        their own learning rate."""
+        optional = (self.answer_pointer, self.block_relevance, self.span_features, self.answer_type)
         extra = [module for module in optional if module is not None]
         return [self.span_projection, self.span_norm, self.span_output, self.question_match, self.entity_type, *extra]
 
@@ -224,6 +241,8 @@ class Reader(BertPreTrainedModel):
                 logits = logits + _span_sums(start[..., None], end[..., None], spans).squeeze(-1)
             if self.block_relevance is not None:
                 logits = logits + self.block_relevance(hidden[:, 0])  # [n, 1]: the same for every span of a block
+            if self.answer_type is not None:
+                logits = logits + self.answer_type(hidden, question_mask(joint), joint.entity_types, spans.starts, spans.ends)
         return mask_log_scores(logits, spans.valid)
 
 

@@ -38,6 +38,7 @@ def initial_components(
     answer_pointer: bool = False,
     block_relevance: bool = False,
     span_features: bool = False,
+    answer_type: bool = False,
     encoder_share: float = 1.0,
 ) -> dict[str, PreTrainedModel]:
     """reader (and query_embedder when `with_query_embedder`) of a fresh run (module
@@ -48,12 +49,14 @@ def initial_components(
     `answer_pointer`: the reader points from an answer slot, started from the encoder's copy
     head (a warm-up's reader must have one already). `block_relevance`: the reader scores each
     block as a whole (`Reader`), from zero; a warm-up's reader must have it already, and so
-    with `span_features` (its span MLP reads each span's width and nearness to the question's words).
+    with `span_features` (its span MLP reads each span's width and nearness to the question's words)
+    and `answer_type` (each whole-entity span's type scored against the question).
     `encoder_share` < 1: the reader's BERT and question-match vector start that far along the
     line from the warm start (and its zero vector) to the encoder's; it acts on nothing else (a
     warm-up's whole reader, the warm start, an answer pointer's copy head)."""
     reader_config = dataclasses.replace(
-        model_config, answer_pointer=answer_pointer, block_relevance=block_relevance, span_features=span_features
+        model_config, answer_pointer=answer_pointer, block_relevance=block_relevance, span_features=span_features,
+        answer_type=answer_type,
     )
     if reader_dropout is not None:
         reader_config = dataclasses.replace(reader_config, hidden_dropout=reader_dropout)

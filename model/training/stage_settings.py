@@ -240,6 +240,11 @@ class FinetuneConfig(RetentionConfig):
         "question says and whether it holds one, as learned vectors from zero trained at span_head_learning_rate "
         "(realm.model.networks.span_features)",
     )
+    answer_type: bool = Field(
+        False, description="a span that is one whole named entity adds a score of its type, read from the mean of the "
+        "question's wordpiece states by a linear map from zero trained at span_head_learning_rate "
+        "(realm.model.networks.answer_type)",
+    )
     # A pre-trained encoder can read worse than the warm start it was pre-trained from
     # (README, the reproduction's swapped rows); a point on the line between the two keeps
     # both in one basin (WiSE-FT, Wortsman et al. 2022, interpolates a fine-tuned model with its start).

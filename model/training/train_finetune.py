@@ -148,7 +148,7 @@ class FinetuneTrainer(Trainer):
             lambda: initial_components(
                 init_checkpoint, model_config, self.device, reader_init=reader_init, with_query_embedder=dense,
                 reader_dropout=config.reader_dropout, answer_pointer=config.answer_pointer,
-                block_relevance=config.block_relevance, span_features=config.span_features,
+                block_relevance=config.block_relevance, span_features=config.span_features, answer_type=config.answer_type,
                 encoder_share=config.encoder_share,
             ),
             inputs,

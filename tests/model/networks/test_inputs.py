@@ -1,6 +1,13 @@
 import torch
 
-from realm.model.networks.inputs import PAD_MULTIPLE, pad_batch, padded_length, same_padded_length_groups
+from realm.model.networks.inputs import (
+    PAD_MULTIPLE,
+    joint_sequence,
+    pad_batch,
+    padded_length,
+    question_mask,
+    same_padded_length_groups,
+)
 
 
 def test_a_length_is_padded_up_to_the_next_multiple_and_no_further():
@@ -25,3 +32,12 @@ def test_rows_cut_or_padded_further_keep_their_tokens_and_mask_the_rest():
     assert padded.input_ids.tolist() == [[5, 6, 7, 0, 0]]
     assert padded.attention_mask.tolist() == [[1, 1, 1, 0, 0]]
     assert padded.token_type_ids.tolist() == [[0, 0, 1, 0, 0]]
+
+
+def test_the_question_mask_holds_the_question_wordpieces_and_nothing_else(tokenizer):
+    """Questions of 3 and 1 wordpieces, one read with a block and one with the null document."""
+    joint = pad_batch([joint_sequence(tokenizer, [5, 6, 7], [8, 9]), joint_sequence(tokenizer, [5], [])], tokenizer.pad_id)
+    assert question_mask(joint).tolist() == [
+        [False, True, True, True, False, False, False, False],
+        [False, True, False, False, False, False, False, False],
+    ]

@@ -245,16 +245,24 @@ def _joint_loss_backward(tokenizer, logits, spans, answer_body) -> None:
     joint_reader_loss(joint_logits, gold.view(1, -1))[0].sum().backward()
 
 
+def _plain_and_with(tiny_config, module: str):
+    """A seeded reader and one built with the optional `module`, given the first's weights:
+    (plain, extended, the keys only the extended one has, sorted)."""
+    torch.manual_seed(0)
+    plain = build_reader(tiny_config).eval()
+    extended = build_reader(dataclasses.replace(tiny_config, **{module: True})).eval()
+    assert getattr(plain, module) is None and getattr(extended.config, module)
+    missing, unexpected = extended.load_state_dict(plain.state_dict(), strict=False)
+    assert not unexpected
+    return plain, extended, sorted(missing)
+
+
 def test_block_relevance_starts_at_zero_and_shifts_every_span_of_a_block_by_its_cls_score(tiny_config, tokenizer):
     """A reader built with `block_relevance` reads as one without it (same weights otherwise)
     until its score moves; it is a fresh module with a gradient from the joint loss; once
     non-zero, each row's valid spans all move by w · h_[CLS], and invalid spans stay masked."""
-    torch.manual_seed(0)
-    plain = build_reader(tiny_config).eval()
-    scored = build_reader(dataclasses.replace(tiny_config, block_relevance=True)).eval()
-    assert plain.block_relevance is None and scored.config.block_relevance
-    missing, unexpected = scored.load_state_dict(plain.state_dict(), strict=False)
-    assert missing == ["block_relevance.weight"] and not unexpected
+    plain, scored, missing = _plain_and_with(tiny_config, "block_relevance")
+    assert missing == ["block_relevance.weight"]
     bodies, joint, spans = _ada_and_the_nile(tokenizer)
     logits = scored.span_logits(joint, spans)
     assert torch.equal(logits.detach(), plain.span_logits(joint, spans).detach())
@@ -282,13 +290,9 @@ def test_span_features_start_at_zero_learn_from_the_joint_loss_and_then_move_the
     """A reader built with `span_features` reads as one without it (same weights otherwise)
     until its vectors move; they are fresh modules with a gradient from the joint loss, and
     once non-zero they move the valid spans' scores and leave invalid spans masked."""
-    torch.manual_seed(0)
-    plain = build_reader(tiny_config).eval()
-    featured = build_reader(dataclasses.replace(tiny_config, span_features=True)).eval()
-    assert plain.span_features is None and featured.config.span_features
-    missing, unexpected = featured.load_state_dict(plain.state_dict(), strict=False)
-    assert sorted(missing) == [f"span_features.{name}.weight" for name in ("distance", "holds_question_word", "width")]
-    assert not unexpected and all(weight.abs().sum() == 0 for weight in featured.span_features.parameters())
+    plain, featured, missing = _plain_and_with(tiny_config, "span_features")
+    assert missing == [f"span_features.{name}.weight" for name in ("distance", "holds_question_word", "width")]
+    assert all(weight.abs().sum() == 0 for weight in featured.span_features.parameters())
     bodies, joint, spans = _ada_and_the_nile(tokenizer, "ada lovelace wrote the first algorithm for the engine")
     logits = featured.span_logits(joint, spans)
     assert torch.equal(logits.detach(), plain.span_logits(joint, spans).detach())
@@ -306,9 +310,62 @@ def test_span_features_start_at_zero_learn_from_the_joint_loss_and_then_move_the
     assert (changed[~valid] == LOG_ZERO).all()
 
 
+def test_the_answer_type_starts_at_zero_learns_from_the_joint_loss_and_then_moves_the_entity_spans(tiny_config, tokenizer):
+    """A reader built with `answer_type` reads as one without it (same weights otherwise) until
+    its map moves; it is a fresh module with a gradient from the joint loss, and once non-zero
+    it moves the whole-entity spans of one type by one score a block and the other spans by
+    another, leaving invalid spans masked."""
+    plain, typed, missing = _plain_and_with(tiny_config, "answer_type")
+    assert missing == ["answer_type.score.weight"]
+    question = tokenizer.encode("who wrote the first algorithm")
+    bodies = [tokenizer.encode(t) for t in ("ada lovelace wrote it for the engine", "the nile")]
+    person = len(tokenizer.encode("ada lovelace"))
+    types = [[ENTITY_TYPE_IDS["PERSON"]] * person + [0] * (len(bodies[0]) - person), [0] * len(bodies[1])]
+    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies], types)
+    logits = typed.span_logits(joint, spans)
+    assert torch.equal(logits.detach(), plain.span_logits(joint, spans).detach())
+    assert typed.answer_type in typed.fresh_modules()
+
+    _joint_loss_backward(tokenizer, logits, spans, bodies[0])
+    assert typed.answer_type.score.weight.grad[[0, ENTITY_TYPE_IDS["PERSON"]]].abs().sum(dim=1).gt(0).all()
+
+    with torch.no_grad():
+        typed.answer_type.score.weight.normal_()
+        changed = typed.span_logits(joint, spans)
+    shift = changed - logits.detach()
+    whole_person = spans.gold_mask([[(0, person - 1)], []])
+    valid = spans.valid
+    assert torch.allclose(shift[whole_person], shift[whole_person][0].expand(1), atol=1e-5)
+    others = shift[0][valid[0] & ~whole_person[0]]
+    assert torch.allclose(others, others[0].expand_as(others), atol=1e-5)
+    assert not torch.isclose(others[0], shift[whole_person][0])
+    assert (changed[~valid] == LOG_ZERO).all()
+
+
 def test_a_reader_with_span_features_refuses_spans_wider_than_its_width_table(tiny_config, tokenizer):
     featured = build_reader(dataclasses.replace(tiny_config, span_features=True, max_span_wordpieces=3)).eval()
     question, body = tokenizer.encode("who wrote it"), tokenizer.encode("ada lovelace wrote it")
     joint, spans = reader_inputs(tokenizer, [(question, body)], untyped([body]), max_span=4)
     with pytest.raises(ValueError, match="spans of up to 4 wordpieces, but the reader's span features know widths up to 3"):
         featured.span_logits(joint, spans)
+
+
+@pytest.mark.parametrize(
+    "modules",
+    [{"block_relevance": True}, {"span_features": True}, {"answer_type": True}, {"block_relevance": True, "span_features": True}],
+)
+def test_optional_modules_draw_nothing_so_a_seeded_reader_and_what_follows_it_start_the_same(modules, tiny_config):
+    """A seeded run with an optional module builds every other weight, and draws whatever it
+    draws next, exactly as one without it; the module itself is all zeros."""
+    def seeded(config):
+        torch.manual_seed(7)
+        return build_reader(config), torch.rand(4)
+
+    plain, next_plain = seeded(tiny_config)
+    extended, next_extended = seeded(dataclasses.replace(tiny_config, **modules))
+    assert torch.equal(next_extended, next_plain)
+    weights = extended.state_dict()
+    for key, value in plain.state_dict().items():
+        assert torch.equal(weights.pop(key), value), key
+    assert weights and all(key.split(".")[0] in modules for key in weights)
+    assert all(not value.any() for value in weights.values())

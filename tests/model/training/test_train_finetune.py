@@ -192,11 +192,7 @@ def test_questions_without_an_answer_among_their_candidates_train_the_query_towe
     blocks = BlockStore.from_parquet(qa_corpus[0], with_text=True)
     index = MipsIndex.load(distinct_vectors_index)
     examples = [*EXAMPLES, QAExample("Where does the Seine flow into the English Channel?", ["Le Havre"], "test"), UNANSWERABLE]
-    # The span features' tables draw from the seeded generator as they are built (then zeroed), so
-    # they would move every later draw this fixture's margins were set with; the subject is the tower.
-    config = CONFIG.model_copy(update={
-        "num_candidates": 2, "num_read": 2, "epochs": 40, "batch_size": 8, "checkpoint_every": 100, "span_features": False,
-    })
+    config = CONFIG.model_copy(update={"num_candidates": 2, "num_read": 2, "epochs": 40, "batch_size": 8, "checkpoint_every": 100})
     runs = {}
     for corpus_softmax in (False, None):  # None, the default: on with a dense index
         trainer = FinetuneTrainer(
@@ -518,11 +514,9 @@ def test_retrieving_every_step_changes_the_retriever_loss_and_resumes_exactly(qa
     the softmax (the losses part from the cached-only run's); a crash after the step-2
     checkpoint and a rerun give the uninterrupted run's later steps. The early update over the
     candidates, not the corpus, so that the candidates reach the retriever loss."""
-    # Without the span features, whose tables draw from the seeded generator as they are built: the
-    # untrained tower's draw then puts an answer among some questions' two candidates.
+    # The untrained tower's seeded draw puts an answer among some questions' two candidates.
     base = CONFIG.model_copy(update={
         "epochs": 4, "batch_size": 1, "num_read": 2, "num_candidates": 2, "retriever_corpus_softmax": False,
-        "span_features": False,
     })
     fresh_config = base.model_copy(update={"retrieve_every_step": True})
     _, cached_log = _train(qa_corpus, tmp_path / "cached", tiny_config, base)
@@ -654,7 +648,7 @@ def test_an_answer_pointer_starts_from_the_pretrained_copy_head_trains_and_answe
     _answers_from_its_blocks(trained["checkpoint"], qa_corpus, tiny_config)
 
 
-@pytest.mark.parametrize("setting", ["block_relevance", "span_features"])
+@pytest.mark.parametrize("setting", ["block_relevance", "span_features", "answer_type"])
 def test_reader_modules_train_from_zero_and_answer_from_their_checkpoint(setting, qa_corpus, tmp_path, tiny_config):
     trained, logged = _train(qa_corpus, tmp_path / "trained", tiny_config, CONFIG.model_copy(update={setting: True, "epochs": 2}))
     assert all(math.isfinite(m["reader_loss"]) for m in logged)
