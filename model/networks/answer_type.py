@@ -48,7 +48,8 @@ class AnswerType(nn.Module):
 
     def __init__(self, hidden_size: int):
         super().__init__()
-        # No bias: a type's constant score would not depend on the question.
+        # No bias, by choice: a constant score a type would be a prior over types learned from the
+        # training questions' answers, not a match with the question asked.
         self.score = nn.Linear(hidden_size, NUM_ENTITY_TYPES, bias=False)
         nn.init.zeros_(self.score.weight)
 

@@ -123,7 +123,8 @@ def body_mask(joint: BertInputs) -> torch.Tensor:
 
 def question_mask(joint: BertInputs) -> torch.Tensor:
     """[n, length] bool: which positions of padded `[CLS] x [SEP] z_body [SEP]` inputs are the
-    question's wordpieces (between the [CLS] and the [SEP] before the body)."""
+    question's (between the [CLS] and the [SEP] before the body; an answer slot's `[MASK]`,
+    `Reader.reads_answer_slot`, included)."""
     starts, _ = body_positions(joint)  # [n]
     positions = torch.arange(joint.input_ids.shape[1], device=joint.input_ids.device)[None, :]  # [1, length]
     return (positions >= 1) & (positions < (starts - 1)[:, None])

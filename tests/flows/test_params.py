@@ -85,6 +85,8 @@ def test_a_warm_up_and_a_fine_tuning_that_build_different_readers_are_refused_be
     assert both.finetune.block_relevance and both.warmup.block_relevance
     with pytest.raises(ValueError, match="warmup and finetune set span_features differently"):
         PipelineParams(warmup=ReaderWarmupParams(questions=100), finetune=FinetuneParams(span_features=False))
+    with pytest.raises(ValueError, match="warmup and finetune set answer_type differently"):
+        PipelineParams(warmup=ReaderWarmupParams(questions=100, answer_type=True))
 
 
 @pytest.mark.parametrize(

@@ -10,11 +10,11 @@ def test_a_span_has_an_entity_type_only_where_it_covers_one_entity_exactly():
     """A person at positions 2-3, a date at 4 right after it, another date at 7-8."""
     types = torch.tensor([[0, 0, PERSON, PERSON, DATE, 0, 0, DATE, DATE, 0]])
     #        (start, end): the person, its first half, its second half, the person and the date, the date,
-    #        the second date, it with a word before, a word outside every entity, a span past the row
-    cases = [(2, 3), (2, 2), (3, 3), (2, 4), (4, 4), (7, 8), (6, 8), (5, 5), (9, 12)]
+    #        the second date, it with a word before, a word outside every entity, spans ending and lying past the row
+    cases = [(2, 3), (2, 2), (3, 3), (2, 4), (4, 4), (7, 8), (6, 8), (5, 5), (9, 12), (10, 13)]
     starts = torch.tensor([[s for s, _ in cases]])
     ends = torch.tensor([[e for _, e in cases]])
-    assert entity_span_types(types, starts, ends)[0].tolist() == [PERSON, 0, 0, 0, DATE, DATE, 0, 0, 0]
+    assert entity_span_types(types, starts, ends)[0].tolist() == [PERSON, 0, 0, 0, DATE, DATE, 0, 0, 0, 0]
 
 
 def test_a_spans_score_is_its_types_score_from_the_mean_of_the_question_states():
