@@ -20,6 +20,8 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from unittest import mock
 
 import numpy as np
@@ -67,6 +69,25 @@ def shipped_training_questions() -> list[QAExample]:
     return [example for path in training_qa_paths() for example in read_qa_file(path)]
 
 
+def alternate_steps(
+    trainers: dict[str, FinetuneTrainer], steps: int, reading: Callable[[str], AbstractContextManager] = lambda way: nullcontext()
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """(seconds, final loss) of each trainer's `steps` steps, taken in turn with the order
+    flipped each step (neither always runs after the other); each step is timed inside
+    `reading(way)`."""
+    ways = list(trainers)
+    times: dict[str, list[float]] = {way: [] for way in ways}
+    losses: dict[str, list[float]] = {way: [] for way in ways}
+    for step in range(steps):
+        for way in ways if step % 2 == 0 else ways[::-1]:
+            with reading(way):
+                started = time.perf_counter()
+                trainers[way].train_step()
+                times[way].append(time.perf_counter() - started)
+            losses[way].append(trainers[way].final_loss)
+    return times, losses
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", required=True, help="a run root prepared by `realm run`")
@@ -88,15 +109,9 @@ def main() -> None:
             )
             for way in readings
         }
-        times = {way: [] for way in trainers}
-        losses = {way: [] for way in trainers}
-        for step in range(args.steps):
-            for way in (("by_length", "padded") if step % 2 == 0 else ("padded", "by_length")):
-                with mock.patch.object(finetune_loss_module, "span_logits_by_length", readings[way]):
-                    started = time.perf_counter()
-                    trainers[way].train_step()
-                    times[way].append(time.perf_counter() - started)
-                losses[way].append(trainers[way].final_loss)
+        times, losses = alternate_steps(
+            trainers, args.steps, lambda way: mock.patch.object(finetune_loss_module, "span_logits_by_length", readings[way])
+        )
     by_length, one_forward = median_after_warmup(times["by_length"]), median_after_warmup(times["padded"])
     gap = float(np.max(np.abs(np.array(losses["by_length"]) - np.array(losses["padded"]))))
     share = one_padded_forward.real / one_padded_forward.positions

@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 
 from realm.model.networks.config import set_transformers_verbosity_error
 from realm.model.networks.device import select_device
 from realm.model.training.stage_settings import FinetuneConfig
 from realm.model.training.train_finetune import FinetuneTrainer
 
-from finetune_step import finetune_start, shipped_training_questions
+from finetune_step import alternate_steps, finetune_start, shipped_training_questions
 from reader_batch import median_after_warmup
 
 WAYS = ("without", "with")
@@ -51,14 +50,7 @@ def main() -> None:
             )
             for way in WAYS
         }
-        times = {way: [] for way in WAYS}
-        losses = {way: [] for way in WAYS}
-        for step in range(args.steps):
-            for way in WAYS if step % 2 == 0 else WAYS[::-1]:
-                started = time.perf_counter()
-                trainers[way].train_step()
-                times[way].append(time.perf_counter() - started)
-                losses[way].append(trainers[way].final_loss)
+        times, losses = alternate_steps(trainers, args.steps)
     without, featured = median_after_warmup(times["without"]), median_after_warmup(times["with"])
     first_step_same = losses["without"][0] == losses["with"][0]
     print(f"without the span features: {without:.3f} s a step")

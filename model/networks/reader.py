@@ -163,6 +163,9 @@ class Reader(BertPreTrainedModel):
     (`realm.model.networks.answer_type`).
     """
 
+    # The optional modules that start at zero and draw nothing (`__init__`, `_init_weights`).
+    OPTIONAL_ZERO_START = ("block_relevance", "span_features", "answer_type")
+
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False)
@@ -187,17 +190,20 @@ class Reader(BertPreTrainedModel):
 
     def _init_weights(self, module: nn.Module) -> None:
         # Added features start at zero, so a warm start reads as it did.
-        optional = [self.block_relevance] if getattr(self, "block_relevance", None) is not None else []
-        features = getattr(self, "span_features", None)
-        optional += list(features.children()) if features is not None else []
-        typing = getattr(self, "answer_type", None)
-        optional += [typing.score] if typing is not None else []
-        if any(module is zero_start for zero_start in optional):
+        if any(module is layer for layer in self._optional_layers()):
             nn.init.zeros_(module.weight)
             return
         super()._init_weights(module)
         if any(module is getattr(self, name, None) for name in ("question_match", "entity_type")):
             nn.init.zeros_(module.weight)
+
+    def _optional_layers(self) -> list[nn.Module]:
+        """The weight-holding layers of the optional modules built (`OPTIONAL_ZERO_START`)."""
+        built = (getattr(self, name, None) for name in self.OPTIONAL_ZERO_START)
+        return [
+            layer for module in built if module is not None
+            for layer in module.modules() if isinstance(layer, (nn.Linear, nn.Embedding))
+        ]
 
     def fresh_modules(self) -> list[nn.Module]:
         """The span MLP and the question-match and entity-type vectors, which no warm start
