@@ -205,11 +205,13 @@ def _evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     run = RunParams(output=args.run, device=args.device, **({"model_preset": preset} if preset else {}))
     metrics = evaluate(run, EvaluateParams(qa=args.qa, num_read=args.num_read), corpus=args.index)
     if args.json:
-        _print_json({d: {"em": m["em"], "recall_at_5": m["recall_at_5"], "n": m["n"]} for d, m in metrics.items()})
+        keys = ("em", "reader_accuracy", "n_answer_read", "recall_at_5", "n")
+        _print_json({d: {key: m[key] for key in keys} for d, m in metrics.items()})
     else:
         for dataset, m in metrics.items():
-            print(f"{dataset:<10} n={m['n']:<5} EM {m['em']:.3f}  recall@1 {m['recall_at_1']:.3f}  "
-                  f"recall@5 {m['recall_at_5']:.3f}  recall@20 {m['recall_at_20']:.3f}")
+            reader = "-" if m["reader_accuracy"] is None else f"{m['reader_accuracy']:.3f}"
+            print(f"{dataset:<10} n={m['n']:<5} EM {m['em']:.3f}  reader accuracy {reader} of {m['n_answer_read']}  "
+                  f"recall@1 {m['recall_at_1']:.3f}  recall@5 {m['recall_at_5']:.3f}  recall@20 {m['recall_at_20']:.3f}")
     return 0
 
 

@@ -5,7 +5,7 @@ import pytest
 
 import realm.flows.realm_pretrain
 from realm.cli.main import main
-from tests.model.corpus_fixture import write_corpus
+from tests.model.corpus_fixture import CORPUS_QUESTIONS, write_corpus
 
 
 def _refused(argv: list[str], pattern: str, capsys) -> None:
@@ -231,6 +231,34 @@ def test_realm_index_then_ask_from_the_other_corpus(trained_run, blocks_table, b
     with writer_lock(trained_run.root / "corpora" / "nile", "corpus 'nile'"):
         _refused(["index", "--run", str(trained_run.root), "--corpus", str(tmp_path / "nile"), "--name", "nile"],
                  "^realm index: .*another writer holds corpus 'nile' now; run again when it ends$", capsys)
+
+
+def test_evaluate_reports_the_reader_accuracy_its_predictions_hold(trained_run, tmp_path, capsys):
+    """Reader accuracy given retrieval is the exact match among the questions whose answer is in
+    the blocks read: reading all 8 blocks, every question's; reading one, those whose first block
+    holds it, as the predictions written beside it say."""
+    import json
+
+    import pyarrow.parquet as pq
+    from prefect.testing.utilities import prefect_test_harness
+
+    questions = tmp_path / "corpus.jsonl"
+    questions.write_text("".join(
+        json.dumps({"question": e.question, "answers": e.answers, "answer_type": e.answer_type}) + "\n"
+        for e in CORPUS_QUESTIONS
+    ))
+    run = str(trained_run.root)
+    with prefect_test_harness(server_startup_timeout=120):  # evaluate is a flow
+        assert main(["evaluate", "--run", run, "--qa", str(questions), "--num_read", "8", "--json"]) == 0
+        every = json.loads(capsys.readouterr().out.splitlines()[-1])["corpus"]
+        assert main(["evaluate", "--run", run, "--qa", str(questions), "--num_read", "1"]) == 0
+        line = capsys.readouterr().out.splitlines()[-1]
+    assert every["n"] == every["n_answer_read"] == len(CORPUS_QUESTIONS)
+    assert every["reader_accuracy"] == every["em"]
+    rows = pq.read_table(trained_run.predictions_file("corpus")).to_pylist()
+    read = [r["exact_match"] for r in rows if r["answer_rank"] is not None and r["answer_rank"] < 1]
+    accuracy = "-" if not read else f"{sum(read) / len(read):.3f}"
+    assert f" reader accuracy {accuracy} of {len(read)} " in line, line
 
 
 def test_realm_info_shows_stages_what_answers_and_each_indexs_lineage(trained_run, capsys):
