@@ -113,6 +113,7 @@ def _print_json(value) -> None:
 
 
 def _run(args: argparse.Namespace, beam_args: list[str]) -> int:
+    from realm.flows.evaluate import share_text
     from realm.flows.realm_pipeline import realm_pipeline
 
     params = _pipeline_params(args)
@@ -126,8 +127,7 @@ def _run(args: argparse.Namespace, beam_args: list[str]) -> int:
     print(f"run root: {params.run.output}\n")
     print(f"{'questions':<12} {'n':>5} {'EM':>6} {'reader acc.':>12} {'recall@5':>9}")
     for dataset, m in result["evaluate"].items():
-        reader = "-" if m["reader_accuracy"] is None else f"{m['reader_accuracy']:.3f}"
-        print(f"{dataset:<12} {m['n']:>5} {m['em']:>6.3f} {reader:>12} {m['recall_at_5']:>9.3f}")
+        print(f"{dataset:<12} {m['n']:>5} {m['em']:>6.3f} {share_text(m['reader_accuracy']):>12} {m['recall_at_5']:>9.3f}")
     pretrain = summary["pretrain"]
     if result["pretrain"]["step"]:
         print(f"\nmasked-span accuracy on {pretrain['examples']} held-out pre-training examples: "
@@ -197,7 +197,7 @@ def _reason(error: dict) -> str:
 
 def _evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     _reject_extra(extra)
-    from realm.flows.evaluate import evaluate
+    from realm.flows.evaluate import evaluate, share_text
     from realm.schemas.run_layout import RunLayout
     from realm.flows.params import EvaluateParams, RunParams
 
@@ -209,8 +209,8 @@ def _evaluate(args: argparse.Namespace, extra: list[str]) -> int:
         _print_json({d: {key: m[key] for key in keys} for d, m in metrics.items()})
     else:
         for dataset, m in metrics.items():
-            reader = "-" if m["reader_accuracy"] is None else f"{m['reader_accuracy']:.3f}"
-            print(f"{dataset:<10} n={m['n']:<5} EM {m['em']:.3f}  reader accuracy {reader} of {m['n_answer_read']}  "
+            print(f"{dataset:<10} n={m['n']:<5} EM {m['em']:.3f}  reader accuracy {share_text(m['reader_accuracy'])} "
+                  f"of {m['n_answer_read']}  "
                   f"recall@1 {m['recall_at_1']:.3f}  recall@5 {m['recall_at_5']:.3f}  recall@20 {m['recall_at_20']:.3f}")
     return 0
 

@@ -55,7 +55,7 @@ def evaluate_qa(
         path = Path(write_table(str(layout.predictions_file(dataset)), dataset_rows, PREDICTIONS))
         record_files(path.parent, [path.name])  # `realm compare` checks them
         logger.info("%s: EM %.3f, reader accuracy %s, recall@5 %.3f over %d questions -> %s", dataset,
-                    metrics[dataset]["em"], _share(metrics[dataset]["reader_accuracy"]), metrics[dataset]["recall_at_5"],
+                    metrics[dataset]["em"], share_text(metrics[dataset]["reader_accuracy"]), metrics[dataset]["recall_at_5"],
                     metrics[dataset]["n"], path)
     return metrics
 
@@ -73,7 +73,7 @@ def _publish(metrics: dict[str, dict], predictions: RunLayout) -> None:
     )
     lines = ["## Open-QA evaluation", "",
              "| dataset | n | EM | reader accuracy (n) | recall@1 | recall@5 | recall@20 |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {d} | {m['n']} | {m['em']:.3f} | {_share(m['reader_accuracy'])} ({m['n_answer_read']}) "
+    lines += [f"| {d} | {m['n']} | {m['em']:.3f} | {share_text(m['reader_accuracy'])} ({m['n_answer_read']}) "
               f"| {m['recall_at_1']:.3f} | {m['recall_at_5']:.3f} | {m['recall_at_20']:.3f} |"
               for d, m in metrics.items()]
     lines += ["", "### Sample predictions", "", "| dataset | question | prediction | gold | EM |", "|---|---|---|---|---|"]
@@ -83,7 +83,8 @@ def _publish(metrics: dict[str, dict], predictions: RunLayout) -> None:
     create_markdown_artifact(key="realm-eval-em", markdown="\n".join(lines), description="Open-QA exact match")
 
 
-def _share(value: float | None) -> str:
+def share_text(value: float | None) -> str:
+    """A share to three places, or "-" where it is undefined (reader accuracy with no answer read)."""
     return "-" if value is None else f"{value:.3f}"
 
 
