@@ -375,7 +375,7 @@ def _compare(args: argparse.Namespace, extra: list[str]) -> int:
         raise SystemExit(f"realm compare: an empty run name in {' '.join(args.runs)!r} (a stray comma?)")
     seeded = any(len(runs) > 1 for runs in systems)
     try:
-        found = compare_seeds(systems) if seeded else compare(args.runs)
+        found = compare_seeds(systems, args.datasets) if seeded else compare(args.runs, args.datasets)
     except ArtifactError:
         raise  # main's one line for a damaged file
     except ValueError as error:  # runs that evaluated other questions or examples, an empty set
@@ -466,6 +466,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--json", action="store_true",
                          help='print {"questions": rows, "overall": rows, "masked_spans": rows} (those every run has), '
                          'or {"over_seeds": rows}, as one JSON line')
+    compare.add_argument("--datasets", type=_dataset_names, metavar="NAME,NAME",
+                         help="compare the questions of these datasets only, and average EM over them (nq,wq,ct: the "
+                         "three dev sets' mean, without the demo set); default: every dataset all the runs evaluated")
     compare.set_defaults(handler=_compare)
 
     reproduce = commands.add_parser(
@@ -560,6 +563,13 @@ def _check_inputs(args: argparse.Namespace) -> None:
             args.reproduce_params = _reproduce_params(args)
         except ValidationError as error:  # a refused setting; inside a flow one is a bug, and keeps its traceback
             raise SystemExit(f"realm reproduce: {_reasons(error)}") from None
+
+
+def _dataset_names(value: str) -> list[str]:
+    names = [name.strip() for name in value.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"an empty dataset name in {value!r}")
+    return names
 
 
 def _positive_int(value: str) -> int:

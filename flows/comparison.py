@@ -75,9 +75,10 @@ def _accuracy(correct: list[bool], key: str) -> dict:
     return {key: sum(correct) / len(correct) if correct else None, f"{key}_low": low, f"{key}_high": high}
 
 
-def compare(run_roots: list[str]) -> dict[str, list[dict]]:
+def compare(run_roots: list[str], datasets: list[str] | None = None) -> dict[str, list[dict]]:
     """{"questions": rows, "overall": rows, "masked_spans": rows}, each where every run has
-    that kind of result; refused when they share neither.
+    that kind of result; refused when they share neither. `datasets` keeps the questions rows,
+    and the overall rows' means, to those datasets (`_question_outcomes`).
 
     A questions row per (dataset, run): {dataset, run, n, em, em_low, em_high,
     reader_accuracy, reader_low, reader_high, n_answer_read, recall_at_5, only_this_right,
@@ -97,8 +98,10 @@ def compare(run_roots: list[str]) -> dict[str, list[dict]]:
     predictions = [_results(layout.predictions, PREDICTIONS) for layout in layouts]
     masked_spans = [_results(layout.masked_spans, MASKED_SPAN_OUTCOMES) for layout in layouts]
     found = {}
+    if datasets and (lacking := next((root for root, p in zip(run_roots, predictions) if not p), None)):
+        raise FileNotFoundError(_no_predictions(lacking))  # asked for datasets: masked spans alone would not answer
     if all(predictions):
-        found["questions"], found["overall"] = _compare_questions(run_roots, predictions)
+        found["questions"], found["overall"] = _compare_questions(run_roots, predictions, datasets)
     # Fine-tuning roots made from one pre-training link its masked_spans/: comparing a directory
     # with itself would print a table of ties.
     one_directory = len(layouts) > 1 and len({layout.masked_spans.resolve() for layout in layouts}) == 1
@@ -113,9 +116,10 @@ def compare(run_roots: list[str]) -> dict[str, list[dict]]:
     return found
 
 
-def compare_seeds(systems: list[list[str]]) -> dict[str, list[dict]]:
+def compare_seeds(systems: list[list[str]], datasets: list[str] | None = None) -> dict[str, list[dict]]:
     """{"over_seeds": a row per system}: each system's runs are its seeds, paired in the order
-    given with the first system's (every system has as many). A row: {system (its runs),
+    given with the first system's (every system has as many), over `datasets` where given
+    (`_question_outcomes`), else every dataset they all answered. A row: {system (its runs),
     datasets, n (questions per seed), mean_em_per_seed, mean_em (over seeds), difference (from
     the first system's mean_em), difference_low, difference_high (a paired bootstrap 95%
     interval, questions resampled within each dataset, the same resample for every seed of both:
@@ -133,7 +137,7 @@ def compare_seeds(systems: list[list[str]]) -> dict[str, list[dict]]:
     tables = [_results(layout.predictions, PREDICTIONS) for layout in _layouts(run_roots)]
     if (lacking := next((root for root, table in zip(run_roots, tables) if not table), None)) is not None:
         raise FileNotFoundError(_no_predictions(lacking))
-    datasets, outcomes = _question_outcomes(run_roots, tables)
+    datasets, outcomes = _question_outcomes(run_roots, tables, datasets)
 
     def over_seeds(runs: list[str], dataset: str) -> list[float]:
         """Each question's exact match averaged over the seeds."""
@@ -200,10 +204,20 @@ def _shared(run_roots: list[str], tables: list[dict[str, list[dict]]], what: str
     return shared
 
 
-def _question_outcomes(run_roots: list[str], tables: list[dict[str, list[dict]]]) -> tuple[list[str], dict]:
-    """The datasets every run answered, and {run: {dataset: exact match per question}}; refused
-    naming the dataset where a run answered other questions than the first run."""
-    datasets = _shared(run_roots, tables, "dataset")
+def _question_outcomes(
+    run_roots: list[str], tables: list[dict[str, list[dict]]], wanted: list[str] | None = None
+) -> tuple[list[str], dict]:
+    """The datasets every run answered (only those `wanted`, in its order, where given: the
+    three dev sets' mean without the demo set's 40 questions weighing like NQ's 146), and {run:
+    {dataset: exact match per question}}; refused naming a wanted dataset a run did not
+    answer, or the dataset where a run answered other questions than the first run."""
+    if wanted:
+        for dataset in wanted:
+            if lacking := [root for root, table in zip(run_roots, tables) if dataset not in table]:
+                raise ValueError(f"dataset {dataset}: {', '.join(lacking)} evaluated no such dataset")
+        datasets = list(dict.fromkeys(wanted))
+    else:
+        datasets = _shared(run_roots, tables, "dataset")
     outcomes = {root: {} for root in run_roots}
     for dataset in datasets:
         questions = [p["question"] for p in tables[0][dataset]]
@@ -214,10 +228,12 @@ def _question_outcomes(run_roots: list[str], tables: list[dict[str, list[dict]]]
     return datasets, outcomes
 
 
-def _compare_questions(run_roots: list[str], tables: list[dict[str, list[dict]]]) -> tuple[list[dict], list[dict]]:
-    """The per-(dataset, run) rows, and the per-run rows over all datasets (`_overall`)."""
+def _compare_questions(
+    run_roots: list[str], tables: list[dict[str, list[dict]]], wanted: list[str] | None = None
+) -> tuple[list[dict], list[dict]]:
+    """The per-(dataset, run) rows, and the per-run rows over all their datasets (`_overall`)."""
     rows = []
-    datasets, outcomes = _question_outcomes(run_roots, tables)
+    datasets, outcomes = _question_outcomes(run_roots, tables, wanted)
     for dataset in datasets:
         baseline = tables[0][dataset]
         for root, by_dataset in zip(run_roots, tables):

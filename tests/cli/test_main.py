@@ -115,6 +115,12 @@ def test_what_a_user_can_fix_is_one_line_and_a_non_zero_exit(tmp_path, capsys):
     _refused(["compare", f"{tmp_path / 'empty'},{tmp_path}", str(tmp_path / "empty")],
              r"^realm compare: every system needs as many seeds as the first \(2\)", capsys)
     _refused(["compare", f"{tmp_path / 'empty'},", str(tmp_path)], "^realm compare: an empty run name in .* stray comma", capsys)
+    # Datasets asked for of runs that were only pre-trained: their masked spans would not answer it.
+    assert main(["compare", str(tmp_path / "empty"), "--datasets", "nq,wq,ct"]) == 2
+    assert re.fullmatch(r"realm compare: .*empty/predictions: no predictions \(run `realm evaluate .*\n", capsys.readouterr().err)
+    with pytest.raises(SystemExit):
+        main(["compare", str(tmp_path / "empty"), "--datasets", "nq,,ct"])
+    assert "an empty dataset name in 'nq,,ct'" in capsys.readouterr().err
     missing = str(tmp_path / "dumps" / "*.xml")
     assert main(["prepare", "--corpus", "wikipedia-xml", "--input", missing, "--output", str(tmp_path / "run")]) == 2
     assert capsys.readouterr().err == (

@@ -144,6 +144,29 @@ def test_a_dataset_only_some_runs_evaluated_is_left_out_by_name(tmp_path, caplog
     assert f"dataset ct left out: only {baseline} evaluated it" in caplog.text
 
 
+def test_asked_for_datasets_alone_are_compared_and_averaged_in_the_order_asked(tmp_path):
+    # nq: 1 of 2 against 2 of 2; ct: 0 of 1 against 1 of 1; demo, left out: 1 of 1 against 0 of 1.
+    baseline = _evaluated(tmp_path / "a", "nq", [(True, 0), (False, 0)])
+    _evaluated(tmp_path / "a", "ct", [(False, 0)])
+    _evaluated(tmp_path / "a", "demo", [(True, 0)])
+    other = _evaluated(tmp_path / "b", "nq", [(True, 0), (True, 0)])
+    _evaluated(tmp_path / "b", "ct", [(True, 0)])
+    _evaluated(tmp_path / "b", "demo", [(False, 0)])
+
+    found = compare([baseline, other], ["nq", "ct"])
+    assert [(row["dataset"], row["run"]) for row in found["questions"]] == [
+        ("nq", baseline), ("nq", other), ("ct", baseline), ("ct", other)]
+    first, second = found["overall"]
+    assert (first["datasets"], first["n"], first["mean_em"]) == (["nq", "ct"], 3, (1 / 2 + 0) / 2)
+    assert (second["mean_em"], second["only_this_right"], second["only_baseline_right"]) == ((1 + 1) / 2, 2, 0)
+    assert compare([baseline, other])["overall"][1]["only_baseline_right"] == 1  # the demo question, without the choice
+
+    over_seeds = compare_seeds([[baseline], [other]], ["ct"])["over_seeds"]
+    assert [row["mean_em"] for row in over_seeds] == [0.0, 1.0] and over_seeds[0]["datasets"] == ["ct"]
+    with pytest.raises(ValueError, match=f"dataset wq: {baseline}, {other} evaluated no such dataset"):
+        compare([baseline, other], ["nq", "wq"])
+
+
 def test_predictions_that_changed_since_evaluate_recorded_them_are_named(tmp_path):
     predictions = tmp_path / "a" / "predictions"
     run = _evaluated(tmp_path / "a", "nq", [(True, 0), (False, None)])
