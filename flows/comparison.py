@@ -98,8 +98,8 @@ def compare(run_roots: list[str], datasets: list[str] | None = None) -> dict[str
     predictions = [_results(layout.predictions, PREDICTIONS) for layout in layouts]
     masked_spans = [_results(layout.masked_spans, MASKED_SPAN_OUTCOMES) for layout in layouts]
     found = {}
-    if datasets and (lacking := next((root for root, p in zip(run_roots, predictions) if not p), None)):
-        raise FileNotFoundError(_no_predictions(lacking))  # asked for datasets: masked spans alone would not answer
+    if datasets:  # asked for datasets: masked spans alone would not answer
+        _require_predictions(run_roots, predictions)
     if all(predictions):
         found["questions"], found["overall"] = _compare_questions(run_roots, predictions, datasets)
     # Fine-tuning roots made from one pre-training link its masked_spans/: comparing a directory
@@ -135,8 +135,7 @@ def compare_seeds(systems: list[list[str]], datasets: list[str] | None = None) -
         raise ValueError(f"every system needs as many seeds as the first ({len(systems[0])}), paired in order: {systems}")
     run_roots = [run for runs in systems for run in runs]
     tables = [_results(layout.predictions, PREDICTIONS) for layout in _layouts(run_roots)]
-    if (lacking := next((root for root, table in zip(run_roots, tables) if not table), None)) is not None:
-        raise FileNotFoundError(_no_predictions(lacking))
+    _require_predictions(run_roots, tables)
     datasets, outcomes = _question_outcomes(run_roots, tables, datasets)
 
     def over_seeds(runs: list[str], dataset: str) -> list[float]:
@@ -186,6 +185,12 @@ def _layouts(run_roots: list[str]) -> list[RunLayout]:
         if layout.root in (earlier := [other.root for other in layouts[:i]]):
             raise ValueError(f"{run_roots[i]} is {run_roots[earlier.index(layout.root)]} again; name each run once")
     return layouts
+
+
+def _require_predictions(run_roots: list[str], tables: list[dict[str, list[dict]]]) -> None:
+    """Refused naming the first run that has no predictions."""
+    if (lacking := next((root for root, table in zip(run_roots, tables) if not table), None)) is not None:
+        raise FileNotFoundError(_no_predictions(lacking))
 
 
 def _no_predictions(root: str) -> str:
