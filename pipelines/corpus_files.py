@@ -12,6 +12,7 @@ for a JSON-lines format once given the pure function that maps one record to a d
 from __future__ import annotations
 
 import bz2
+import codecs
 import contextlib
 import gzip
 import json
@@ -97,6 +98,8 @@ def read_lines(readable: fileio.ReadableFile) -> Iterator[tuple[int, bytes]]:
     with open_decompressed(readable) as handle:
         try:
             for line_number, line in enumerate(handle, start=1):
+                if line_number == 1:  # Windows editors start a UTF-8 file with a byte-order mark
+                    line = line.removeprefix(codecs.BOM_UTF8)
                 yield line_number, line
         except _DAMAGED_STREAM_ERRORS as error:
             raise CorruptFileError(f"{path}:{line_number + 1}", error) from error

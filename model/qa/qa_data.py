@@ -71,7 +71,7 @@ def read_qa_file(path: str | Path, dataset: str | None = None) -> list[QAExample
 
 def _text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors write one) is not text
     except UnicodeDecodeError as error:
         line = path.read_bytes()[: error.start].count(b"\n") + 1
         raise QAFormatError(f"{path}:{line}: not UTF-8 ({error.reason} at byte {error.start})") from None

@@ -83,3 +83,12 @@ def test_nested_output_directories_plain_and_bz2_yield_documents_and_keyed_dead_
             ),
             label="DeadLetters",
         )
+
+
+def test_a_file_starting_with_a_byte_order_mark_yields_its_first_record(tmp_path):
+    """Windows editors start a UTF-8 file with one; the first line is still a record."""
+    (tmp_path / "wiki_00").write_bytes(b"\xef\xbb\xbf" + record_line("12", "Anarchism", "Anarchism is a philosophy."))
+    with TestPipeline() as pipeline:
+        outputs = pipeline | ReadWikiExtractor(str(tmp_path / "wiki_00"))
+        assert_that(outputs["documents"], equal_to([document("12", "Anarchism", "Anarchism is a philosophy.")]), label="Documents")
+        assert_that(outputs["dead_letter"], equal_to([]), label="DeadLetters")

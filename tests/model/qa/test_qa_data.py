@@ -83,3 +83,14 @@ def test_every_demo_answer_occurs_in_the_vital_corpus():
     demo = read_qa_file(demo_qa_path())
     assert len(demo) >= 40
     assert [e.question for e in demo if not any(f" {normalize_answer(a)} " in corpus for a in e.answers)] == []
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [("q.jsonl", '{"question": "q", "answers": ["a"]}\n'), ("wq.json", '[{"qText": "q", "answers": ["a"]}]'), ("ct.tsv", "q\ta\n")],
+)
+def test_a_question_file_starting_with_a_byte_order_mark_is_read(tmp_path, name, content):
+    """Windows editors start a UTF-8 file with one; it is not part of the first question."""
+    (tmp_path / name).write_bytes(b"\xef\xbb\xbf" + content.encode())
+    (example,) = read_qa_file(tmp_path / name)
+    assert (example.question, example.answers) == ("q", ["a"])
