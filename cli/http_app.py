@@ -31,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from realm.cli.answering import EVIDENCE_BLOCKS, NUM_READ
 from realm.model.qa.answering import Answerer, Prediction
 
 # A question longer than this is not a question (the towers read 64 wordpieces of it anyway).
@@ -42,8 +43,8 @@ class AskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
-    num_read: int = Field(5, ge=1, le=20, description="blocks the reader reads")
-    evidence: int = Field(5, ge=1, le=20, description="retrieved blocks returned")
+    num_read: int = Field(NUM_READ, ge=1, le=20, description="blocks the reader reads")
+    evidence: int = Field(EVIDENCE_BLOCKS, ge=1, le=20, description="retrieved blocks returned")
 
     @field_validator("question")
     @classmethod

@@ -83,6 +83,11 @@ def _publish(metrics: dict[str, dict], predictions: RunLayout) -> None:
     create_markdown_artifact(key="realm-eval-em", markdown="\n".join(lines), description="Open-QA exact match")
 
 
+def question_files(params: EvaluateParams) -> list[str]:
+    """The question files evaluated: those named, else the demo set and the shipped held-out tenths."""
+    return params.qa or evaluation_qa_paths()
+
+
 def share_text(value: float | None) -> str:
     """A share to three places, or "-" where it is undefined (reader accuracy with no answer read)."""
     return "-" if value is None else f"{value:.3f}"
@@ -100,7 +105,7 @@ def evaluate(run: RunParams = RunParams(), params: EvaluateParams = EvaluatePara
     trained = TrainedRun.at(run.output, checkpoint, index_path, run.model_preset, corpus)
     layout = RunLayout.at(run.output)
     answered = layout.corpus(corpus) if corpus else layout
-    qa_files = params.qa or evaluation_qa_paths()
+    qa_files = question_files(params)
     # Answering is deterministic: the same questions, checkpoint, index, blocks and code (all of
     # realm's: the reader and answering code the task calls) give the same predictions, so a
     # reproduction resumed does not answer every row's again.

@@ -1,7 +1,8 @@
 """`realm-pipeline`: the whole chain, prepare -> ICT -> pre-train -> reader warm-up -> fine-tune -> evaluate.
 
-    realm run --preset tiny --output runs/tiny      # minutes: the plumbing on 300 articles
-    realm run --output runs/demo                    # < 1 hour: the vital corpus, model preset `default`
+    realm run --preset tiny --output runs/tiny         # the plumbing on 300 articles, a random 2-layer model
+    realm run --output runs/demo                       # the default run preset: the vital corpus
+    realm run --preset gpu --output runs/g --dry-run   # every stage's settings, nothing run
 
 Each stage is a flow of its own (runnable and schedulable alone); this parent composes them,
 so the Prefect UI shows one run with six child runs. Finished stages are cache hits on a

@@ -12,7 +12,8 @@ contract like the Parquet schemas beside it: it imports nothing above them.
     <root>/bm25/<step>/                                  BM25 index over the blocks (BERT-Baseline)
     <root>/predictions/<dataset>.parquet, <root>/reports/ (metrics JSON lines, loss curves)
     <root>/masked_spans/<examples>.parquet               pre-training's last evaluation, per example
-    <root>/run.json                                      the model preset the run trains
+    <root>/run.json                                      the model preset the run trains and the
+                                                         run preset it was started with
     <root>/corpora/<name>/{blocks,block_entities,embeddings/<v>,index/<v>,predictions}
                                                          another knowledge corpus, indexed by the
                                                          run's trained doc tower (`realm index`)
@@ -127,22 +128,41 @@ class RunLayout:
     def reports(self) -> Path:
         return self.root / "reports"
 
-    def record_model_preset(self, model_preset: str) -> None:
-        """Remember the model preset, so `realm ask` and `realm evaluate` rebuild the same model;
-        a run root must not mix presets (its checkpoints would not load)."""
-        recorded = self.model_preset()
+    def record_model_preset(self, model_preset: str, run_preset: str | None = None) -> None:
+        """Remember the model preset, so `realm ask` and `realm evaluate` rebuild the same model,
+        and the run preset the run was started with (the first one recorded stays), so `realm
+        train` goes on with its settings; a run root must not mix model presets (its checkpoints
+        would not load)."""
+        record = self._record() or {}
+        recorded = record.get("model_preset")
         if recorded is not None and recorded != model_preset:
             raise ValueError(f"{self.root} was trained with model preset {recorded!r}, not {model_preset!r}")
+        record["model_preset"] = model_preset
+        if run_preset is not None:
+            record.setdefault("run_preset", run_preset)
         self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / RUN_FILE).write_text(json.dumps({"model_preset": model_preset}))
+        (self.root / RUN_FILE).write_text(json.dumps(record))
 
     def model_preset(self) -> str | None:
+        record = self._record()
+        return None if record is None else record["model_preset"]
+
+    def run_preset(self) -> str | None:
+        """The run preset the run was started with; None for a run whose record predates it."""
+        record = self._record()
+        return None if record is None else record.get("run_preset")
+
+    def _record(self) -> dict | None:
         path = self.root / RUN_FILE
         if not path.exists():
             return None
         try:
-            return json.loads(path.read_text())["model_preset"]
+            record = json.loads(path.read_text())
+            if not isinstance(record["model_preset"], str) or not isinstance(record.get("run_preset", ""), str):
+                raise TypeError("a preset that is not a name")
+            return record
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
             raise ArtifactError(
-                f"{path}: not a run record ({type(error).__name__}: {error}); it holds {{\"model_preset\": NAME}}"
+                f"{path}: not a run record ({type(error).__name__}: {error}); "
+                'it holds {"model_preset": NAME, "run_preset": NAME}'
             ) from None

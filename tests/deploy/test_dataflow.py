@@ -75,3 +75,16 @@ def test_the_package_the_image_and_the_worker_requirements_pin_one_beam():
     (image,) = re.findall(r"^ARG BEAM_VERSION=(\S+)$", (DATAFLOW / "Dockerfile").read_text(), flags=re.M)
     assert len(beams) == 3, beams
     assert {str(r.specifier) for r in beams} == {f"=={image}"}
+
+
+def test_the_readmes_realm_prepare_command_parses_and_hands_beam_its_flags():
+    import shlex
+
+    from realm.cli.commands.prepare import pipeline_argv
+    from realm.cli.main import build_parser
+
+    readme = (DATAFLOW / "README.md").read_text()
+    (command,) = re.findall(r"^realm prepare .*?(?<!\\)$", readme, flags=re.M | re.S)
+    argv = shlex.split(command.replace("\\\n", " "))[1:]
+    beam = pipeline_argv(build_parser().parse_args(argv))
+    assert beam[beam.index("--runner") + 1] == "DataflowRunner" and "--sdk_container_image" in beam

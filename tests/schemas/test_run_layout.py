@@ -21,6 +21,17 @@ def test_a_run_root_remembers_its_model_preset_and_refuses_another(tmp_path):
         layout.record_model_preset("tiny")
 
 
+def test_a_run_root_remembers_the_run_preset_it_was_started_with(tmp_path):
+    layout = RunLayout.at(tmp_path / "run")
+    assert layout.run_preset() is None
+    layout.record_model_preset("default", run_preset="gpu")
+    layout.record_model_preset("default", run_preset="default")  # a later stage's preset: the first stays
+    layout.record_model_preset("default")  # as a training flow records it
+    assert (layout.model_preset(), layout.run_preset()) == ("default", "gpu")
+    (tmp_path / "run" / "run.json").write_text('{"model_preset": "default"}')  # a record from before run presets
+    assert layout.run_preset() is None
+
+
 def test_a_dataset_name_cannot_write_outside_the_run(tmp_path):
     layout = RunLayout.at(tmp_path / "run")
     assert layout.predictions_file("nq") == tmp_path / "run" / "predictions" / "nq.parquet"
@@ -29,7 +40,9 @@ def test_a_dataset_name_cannot_write_outside_the_run(tmp_path):
             layout.predictions_file(name)
 
 
-@pytest.mark.parametrize("damaged", ['{"model_pre', b"\x9a\x00", '["tiny"]', "{}"])
+@pytest.mark.parametrize(
+    "damaged", ['{"model_pre', b"\x9a\x00", '["tiny"]', "{}", '{"model_preset": 3}', '{"model_preset": "a", "run_preset": []}']
+)
 def test_a_damaged_run_record_is_named(tmp_path, damaged):
     path = tmp_path / "run.json"
     path.write_bytes(damaged if isinstance(damaged, bytes) else damaged.encode())

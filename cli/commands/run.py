@@ -1,0 +1,96 @@
+"""`realm run`: the whole chain on one run root, prepare -> ICT -> pre-train -> reader warm-up ->
+fine-tune -> evaluate (the Prefect flow `realm-pipeline`), then one question answered.
+
+    realm run --preset tiny --output runs/tiny
+    realm run --preset gpu --output runs/g --param finetune.epochs=2 --dry-run   # the settings, nothing run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from pydantic import ValidationError
+
+from realm.cli.answering import print_answer, run_answerer
+from realm.cli.options import add_json_option, add_run_options, print_json, read_question_files
+from realm.cli.settings import pipeline_params, reasons, record_presets, with_stage_overrides
+
+# The question `realm run` answers at its end, with its evidence (a demo question: never trained on).
+EXAMPLE_QUESTION = "who was the commander of apollo 11"
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser(
+        "run", beam_flags=True, help="the whole chain end to end (Prefect flow realm-pipeline)",
+        description="prepare -> ICT -> pre-train -> reader warm-up -> fine-tune -> evaluate, each stage as the run "
+        "preset sets it unless --param, --steps or --qa say otherwise; Beam's flags (after a literal --, or in "
+        "--beam-args) go to prepare.",
+        usage="realm run --output DIR [--preset P] [--param STAGE.FIELD=VALUE ...] [options] [-- BEAM_FLAGS...]",
+    )
+    add_run_options(parser)
+    parser.add_argument("--param", action="append", default=[], metavar="STAGE.FIELD=VALUE",
+                        help="override any stage's parameter, e.g. --param finetune.epochs=2 (repeatable; STAGE one "
+                        "of prepare, ict, pretrain, warmup, finetune, evaluate)")
+    parser.add_argument("--steps", type=int, help="pre-training's steps (the other stages: --param STAGE.steps=N or "
+                        "--param finetune.epochs=N)")
+    parser.add_argument("--qa", nargs="+", help="Open-QA training files for fine-tuning (default: the shipped NQ, WQ "
+                        "and CT sets)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print every stage's settings as one JSON line and stop: nothing is written or started")
+    add_json_option(parser, "print the scores as one JSON line (for scripts)")
+    parser.set_defaults(handler=handle)
+
+
+def run_settings(args: argparse.Namespace):
+    """The flow's parameters and the run preset: the presets (`pipeline_params`), then each
+    --param, then --steps and --qa, then Beam's flags."""
+    params, run_preset = pipeline_params(args)
+    values = with_stage_overrides(params, args.param).model_dump()
+    if args.steps is not None:
+        values["pretrain"]["steps"] = args.steps
+    if args.qa:
+        values["finetune"]["qa_train"] = args.qa
+    values["prepare"]["beam_args"] += args.beam_args
+    try:
+        return type(params).model_validate(values), run_preset
+    except ValidationError as error:
+        raise SystemExit(f"realm run: {reasons(error)}") from None
+
+
+def handle(args: argparse.Namespace) -> int:
+    params, run_preset = run_settings(args)
+    read_question_files(args.qa or [])
+    if args.dry_run:
+        print_json(params.model_dump(mode="json"))
+        return 0
+    from realm.cli import prefect_server
+    from realm.flows.realm_pipeline import realm_pipeline
+
+    record_presets(params, run_preset)
+    prefect_server.install()
+    result = realm_pipeline(params)
+    summary = {"evaluate": result["evaluate"], "pretrain": {k: result["pretrain"][k] for k in (
+        "accuracy_with_retrieval", "accuracy_null_only", "examples")}}
+    if args.json:
+        print_json(summary)
+        return 0
+    _print_scores(params.run.output, result)
+    print(f"\n$ realm ask --run {params.run.output} {json.dumps(EXAMPLE_QUESTION)}")
+    print_answer(run_answerer(params.run.output, args.device), EXAMPLE_QUESTION)
+    return 0
+
+
+def _print_scores(output: str, result: dict) -> None:
+    from realm.flows.evaluate import share_text
+
+    print(f"run root: {output}\n")
+    print(f"{'questions':<12} {'n':>5} {'EM':>6} {'reader acc.':>12} {'recall@5':>9}")
+    for dataset, m in result["evaluate"].items():
+        print(f"{dataset:<12} {m['n']:>5} {m['em']:>6.3f} {share_text(m['reader_accuracy']):>12} {m['recall_at_5']:>9.3f}")
+    pretrain = result["pretrain"]
+    if pretrain["step"]:
+        print(f"\nmasked-span accuracy on {pretrain['examples']} held-out pre-training examples: "
+              f"{pretrain['accuracy_with_retrieval']:.3f} with retrieval, {pretrain['accuracy_null_only']:.3f} null document alone")
+    else:
+        print("\npre-training: 0 steps (the index and the starting encoder only; the preset's choice)")

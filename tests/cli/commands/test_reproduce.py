@@ -1,0 +1,34 @@
+from pathlib import Path
+
+from realm.cli.main import main
+
+
+def test_reproduce_leaves_each_unset_option_at_the_parameters_default_and_prints_its_table(monkeypatch, tmp_path, capsys):
+    import json
+
+    import realm.flows.reproduce
+    from realm.flows.reproduce_systems import ReproduceParams
+
+    questions = tmp_path / "nq.train.jsonl"
+    questions.write_text('{"question": "who", "answers": ["me"]}\n')
+    row = {"system": "bm25", "dataset": "nq", "n": 1, "exact_match": 1.0, "reader_accuracy": 1.0, "recall_at_5": 1.0,
+           "zero_shot_recall_at_5": 0.0, "train_seconds": 60.0, "seed": 3}
+    seen = []
+
+    def reproduce(params):
+        seen.append(params)
+        Path(params.output).mkdir(parents=True, exist_ok=True)
+        (Path(params.output) / "results.md").write_text("| the table |\n")
+        return [row]
+
+    monkeypatch.setattr(realm.flows.reproduce, "realm_reproduce", reproduce)
+    monkeypatch.chdir(tmp_path)
+    assert main(["reproduce", "--qa-train", str(questions), "--json"]) == 0
+    defaults = ReproduceParams(qa_train=[str(questions)])
+    assert seen[0] == defaults and (seen[0].output, seen[0].seeds) == ("runs/reproduce", 1)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "| the table |"
+    assert json.loads(out[-1])["bm25"]["nq"]["seeds"] == [3]
+    assert main(["reproduce", "--qa-train", str(questions), "--output", "elsewhere", "--seed", "2", "--seeds", "2",
+                 "--preset", "tiny"]) == 0
+    assert (seen[1].output, seen[1].seed, seen[1].seeds, seen[1].size) == ("elsewhere", 2, 2, "tiny")
