@@ -40,7 +40,7 @@ from realm.model.networks.checkpoint import latest_checkpoint
 from realm.model.networks.config import ModelConfig
 from realm.model.networks.device import select_device
 from realm.model.qa.answering import Answerer
-from realm.model.qa.paired_stats import mcnemar_exact_p_value
+from realm.model.analysis.paired_stats import mcnemar_exact_p_value
 from realm.model.qa.qa_data import read_qa_file
 from realm.model.qa.scoring import RECALL_AT, score_predictions
 from realm.model.training.pretrain_index import IndexRoots, attach_index

@@ -44,7 +44,8 @@ re-run do not count as free.
 
 The pieces: the systems and the flow's parameters in `realm.flows.reproduce_systems`, the
 question split in `reproduce_questions`, run roots and stage times in `reproduce_runs`, the
-retriever index and zero-shot recall tasks in `retriever_tasks`, the table in `reproduce_report`.
+retriever index and zero-shot recall tasks in `retriever_tasks`, the table's systems, files and
+markdown in `realm.model.analysis.reproduction_table`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from realm.flows.evaluate import evaluate
 from realm.flows.finetune_openqa import build_bm25_index, finetune_openqa
@@ -59,10 +61,10 @@ from realm.flows.ict_warm_start import ict_warm_start
 from realm.flows.prepare import realm_prepare
 from realm.flows.realm_pretrain import realm_pretrain
 from realm.flows.reproduce_questions import split_questions
-from realm.flows.reproduce_report import earlier_rows, publish_results, table_rows
-from realm.flows.reproduce_runs import StageTimer, linked_run, system_root
+from realm.flows.reproduce_runs import StageTimer, linked_run
 from realm.flows.reproduce_systems import SPECS, ReproduceParams, pretrain_variant
 from realm.flows.retriever_tasks import build_retriever_index, zero_shot_recall
+from realm.model.analysis.reproduction_table import earlier_rows, system_root, table_rows, write_results
 
 
 @flow(name="realm-reproduce")
@@ -149,5 +151,13 @@ def realm_reproduce(params: ReproduceParams) -> list[dict]:
                     "settings_sha256": settings,
                 })
             logger.info("%s, seed %d: %s", name, seed, ", ".join(f"{d} EM {m['em']:.3f}" for d, m in metrics.items()))
-            publish_results(kept + rows, root, repeated, params.seed)
+            _publish_results(kept + rows, root, repeated, params.seed)
     return table_rows(kept + rows)
+
+
+def _publish_results(rows: list[dict], root: Path, repeated: dict[str, str], first_seed: int) -> None:
+    """The table's files under `root` (`write_results`) and the same table as Prefect artifacts."""
+    markdown = write_results(rows, root, repeated, first_seed)
+    create_table_artifact(key="realm-reproduce-results", table=table_rows(rows),
+                          description="REALM vs ORQA vs BM25, per seed and dataset")
+    create_markdown_artifact(key="realm-reproduce-table", markdown=markdown, description="the reproduction table")

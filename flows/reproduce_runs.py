@@ -1,6 +1,7 @@
 """The run roots of a reproduction and the time each of their stages took: every system and
 pre-training variant has a root of its own reading the base run's corpus through symbolic
-links, and a stage's seconds, summed over its attempts, are recorded the first time it completes."""
+links (a system's is `reproduction_table.system_root`), and a stage's seconds, summed over its
+attempts, are recorded the first time it completes."""
 
 from __future__ import annotations
 
@@ -26,12 +27,6 @@ def linked_run(root: Path, base: RunParams) -> RunParams:
         if source.exists() and not link.exists():
             os.symlink(os.path.relpath(source.resolve(), root.resolve()), link, target_is_directory=True)
     return base.model_copy(update={"output": str(root)})
-
-
-def system_root(root: Path, system: str, seed: int, first_seed: int) -> Path:
-    """Where `system` fine-tunes with `seed`: `systems/<system>` for the reproduction's first
-    seed (the layout of runs with one seed), `systems/<system>_seed<seed>` for the others."""
-    return root / "systems" / (system if seed == first_seed else f"{system}_seed{seed}")
 
 
 class StageTimer:

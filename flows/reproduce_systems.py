@@ -1,5 +1,5 @@
-"""The systems of the reproduction table and what each is built from, and the parameters that
-choose which of them `realm-reproduce` trains (`realm.flows.reproduce`)."""
+"""What each system of the reproduction table (`SYSTEMS`, in the table's order) is built from,
+and the parameters that choose which of them `realm-reproduce` trains (`realm.flows.reproduce`)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,8 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, Field, model_validator
 
 from realm.flows.params import PipelineParams, PretrainParams, RunPreset
+from realm.model.analysis.reproduction_table import SYSTEMS, SystemName
 from realm.model.training.stage_inputs import json_digest
-
-SystemName = Literal[
-    "bm25", "orqa", "realm", "realm_retriever_baseline_encoder", "baseline_retriever_realm_encoder",
-    "random_spans", "stale_index", "closed_book",
-]
-SYSTEMS: tuple[SystemName, ...] = SystemName.__args__
 
 
 class SystemSpec(NamedTuple):
@@ -49,7 +44,7 @@ def pretrain_variant(variant: str, pretrain: PretrainParams, stale_factor: int) 
 
 class ReproduceParams(BaseModel):
     output: str = Field("runs/reproduce", description="root of every run the reproduction trains")
-    size: RunPreset = Field("default", description="stage sizes: tiny (plumbing), default (this CPU, hours), gpu (full size)")
+    size: RunPreset = Field("default", description="stage sizes: tiny (plumbing), default (a CPU, hours), gpu (full size)")
     qa_train: list[str] = Field(description="Open-QA training files (every dataset is fine-tuned on together)")
     qa_dev: list[str] = Field(default_factory=list, description="Open-QA evaluation files, e.g. nq.dev.jsonl")
     dev_fraction: float = Field(
@@ -60,8 +55,7 @@ class ReproduceParams(BaseModel):
     )
     stale_factor: int = Field(30, ge=1, description="stale_index ablation: refresh_every times this")
     seed: int = Field(0, description="seed of the question split, the corpus, ICT, pre-training and the first fine-tuning")
-    # One fine-tuning seed cannot order rows this close: on the 2-core AMD EPYC the same REALM
-    # pre-training fine-tuned with seeds 0 and 1 scored mean EM 0.151 and 0.195 (docs/measurements.md).
+    # One fine-tuning seed cannot order rows this close (docs/measurements.md, "REALM against ORQA on three seeds").
     seeds: int = Field(
         1, ge=1, description="fine-tuning runs per system, with seeds seed, seed + 1, ... from the same starts; the "
         "results pair each system's seeds with the baseline's (realm compare over seeds)",

@@ -1,9 +1,9 @@
-"""The reproduction table: `results.parquet` (schema `REPRODUCTION_RESULTS`), `results.md`,
-`results.png` and the same table as Prefect artifacts. An invocation keeps the rows an earlier
-one published for the systems and fine-tuning seeds it does not train, when they trained
-under the same settings. `results.md` ends with every system paired with
-the baseline on the same questions (`realm.flows.comparison`), over the fine-tuning seeds the
-two have."""
+"""The reproduction table: its systems in order, where each system's runs live, and what
+`realm-reproduce` publishes from its rows: `results.parquet` (schema `REPRODUCTION_RESULTS`),
+`results.md` and `results.png`. An invocation keeps the rows an earlier one published for the
+systems and fine-tuning seeds it does not train, when they trained under the same settings.
+`results.md` ends with every system paired with the baseline on the same questions
+(`realm.model.analysis.comparison`), over the fine-tuning seeds the two have."""
 
 from __future__ import annotations
 
@@ -11,18 +11,27 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
-
-from realm.flows.reproduce_runs import system_root
-from realm.flows.reproduce_systems import SYSTEMS
 from realm.schemas.manifest import IntegrityError
 
 log = logging.getLogger(__name__)
 
+SystemName = Literal[
+    "bm25", "orqa", "realm", "realm_retriever_baseline_encoder", "baseline_retriever_realm_encoder",
+    "random_spans", "stale_index", "closed_book",
+]
+SYSTEMS: tuple[SystemName, ...] = SystemName.__args__
+
 RESULTS_FILE = "results.parquet"
 # The paper's comparisons are against the ICT-only retriever: REALM's gain is measured from it.
 BASELINE = "orqa"
+
+
+def system_root(root: Path, system: str, seed: int, first_seed: int) -> Path:
+    """Where `system` fine-tunes with `seed`: `systems/<system>` for the reproduction's first
+    seed (the layout of runs with one seed), `systems/<system>_seed<seed>` for the others."""
+    return root / "systems" / (system if seed == first_seed else f"{system}_seed{seed}")
 
 
 def earlier_rows(root: Path, settings_sha256: str, retrained: Iterable[tuple[str, int]]) -> list[dict]:
@@ -44,10 +53,10 @@ def table_rows(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda row: (SYSTEMS.index(row["system"]), row["seed"]))
 
 
-def publish_results(rows: list[dict], root: Path, repeated: dict[str, str], first_seed: int) -> None:
-    """results.parquet, results.md, results.png under `root`, and the table as artifacts, the
-    systems in the table's order; `repeated`: the systems left untrained because they would
-    repeat another row, with why; `first_seed`: the reproduction's seed (`system_root`)."""
+def write_results(rows: list[dict], root: Path, repeated: dict[str, str], first_seed: int) -> str:
+    """results.parquet, results.md, results.png under `root`, the systems in the table's order;
+    `repeated`: the systems left untrained because they would repeat another row, with why;
+    `first_seed`: the reproduction's seed (`system_root`). Returns results.md's markdown."""
     from realm.schemas import REPRODUCTION_RESULTS, write_table
 
     rows = table_rows(rows)
@@ -56,8 +65,7 @@ def publish_results(rows: list[dict], root: Path, repeated: dict[str, str], firs
     markdown = results_markdown(rows, repeated) + (f"\n\n{paired}" if paired else "")
     (root / "results.md").write_text(markdown + "\n", encoding="utf-8")
     _plot(rows, root / "results.png")
-    create_table_artifact(key="realm-reproduce-results", table=rows, description="REALM vs ORQA vs BM25, per seed and dataset")
-    create_markdown_artifact(key="realm-reproduce-table", markdown=markdown, description="the reproduction table")
+    return markdown
 
 
 def results_markdown(rows: list[dict], repeated: dict[str, str]) -> str:
@@ -130,7 +138,9 @@ def _not_paired(systems: list[str], baseline: str, why: str) -> str:
 def _paired_table(root: Path, first_seed: int, baseline: str, seeds: list[int], systems: list[str],
                   seeds_of: dict[str, set[int]]) -> str:
     """`systems` against `baseline` over `seeds`, with the command that prints it again."""
-    from realm.flows.comparison import compare, compare_seeds, display_names, overall_markdown, seeds_markdown
+    from realm.model.analysis.comparison import compare
+    from realm.model.analysis.comparison_markdown import display_names, overall_markdown, seeds_markdown
+    from realm.model.analysis.seed_comparison import compare_seeds
 
     runs = [[str(system_root(root, system, seed, first_seed)) for seed in seeds] for system in [baseline, *systems]]
     first_seed_runs = " ".join(str(Path(seeded[0]).relative_to(root)) for seeded in runs)

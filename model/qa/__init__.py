@@ -1,1 +1,1 @@
-"""Question answering: question files, gold spans, retrieval for questions, answering with evidence, answer metrics and paired statistics."""
+"""Question answering: question files, gold spans, retrieval for questions, answering with evidence and answer metrics."""

@@ -1,8 +1,8 @@
 """How well pre-training predicts masked salient spans, with retrieval and with the null
 document alone: the per-position marginal's prediction, whether a span is right, the counts
 over evaluated examples that a paired (McNemar) test of the difference reads, and each
-example's outcome (the MASKED_SPAN_OUTCOMES rows), so two runs compare example by example;
-from those rows, where p(z|x) ranks the blocks the encoder could copy the span from.
+example's outcome (the MASKED_SPAN_OUTCOMES rows), so two runs compare example by example
+(`realm.model.analysis.masked_span_comparison`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from realm.model.qa.paired_stats import mcnemar_exact_p_value
+from realm.model.analysis.paired_stats import mcnemar_exact_p_value
 from realm.model.training.candidates import Candidates
 from realm.model.training.pretrain_step import PretrainBatch
 
@@ -89,60 +89,3 @@ class MaskedSpanTally:
     def outcomes(self, step: int) -> list[dict]:
         """One MASKED_SPAN_OUTCOMES row per example counted, in the order added."""
         return [{**row, "step": step} for row in self._rows]
-
-
-def copying_breakdown(outcomes: list[dict]) -> dict | None:
-    """Where p(z|x) puts the blocks the encoder could copy the span from, over MASKED_SPAN_OUTCOMES
-    rows; None when a row predates the per-candidate columns. A candidate's rank is 1 + the
-    number read with a higher p(z|x) (the null document ranked with the rest). Counts:
-    `span_in_candidates`, examples whose span a retrieved block holds, and of those
-    `holder_rank_1`, `holder_rank_2`, `holder_rank_3`, `holder_rank_4_plus` by the best-ranked
-    holder; `right_reading_holder`, those a holder read alone gets right, and of those
-    `right_reading_holder_null_too`, also right from the sentence alone (the null document);
-    `copied`, right only by reading a holder (the null document and every other block wrong),
-    split by whether its best-ranked right holder is ranked first (`copied_holder_first`,
-    `copied_holder_first_right` of them right with retrieval) or lower (`copied_holder_lower`,
-    `copied_holder_lower_right`, with the mean p(z|x) of that holder and of the top candidate:
-    `copied_holder_lower_p`, `copied_holder_lower_top_p`; None when there are none), and
-    `reads_blocks`: whether any example read a block besides the null document (a closed-book
-    run reads none, and every count is 0)."""
-    if any(row.get("retrieval_log_probs") is None for row in outcomes):
-        return None
-    counts = dict.fromkeys(
-        ("span_in_candidates", "holder_rank_1", "holder_rank_2", "holder_rank_3", "holder_rank_4_plus",
-         "right_reading_holder", "right_reading_holder_null_too", "copied", "copied_holder_first",
-         "copied_holder_first_right", "copied_holder_lower", "copied_holder_lower_right"),
-        0,
-    )
-    lower_holder_p, lower_top_p = [], []
-    for row in outcomes:
-        log_p = np.asarray(row["retrieval_log_probs"], dtype=np.float64)
-        holds = np.asarray(row["candidates_holding_span"], dtype=bool)
-        right = np.asarray(row["candidates_right"], dtype=bool)
-        if not holds.any():
-            continue
-        rank = 1 + (log_p[None, :] > log_p[:, None]).sum(axis=1)  # [k]
-        counts["span_in_candidates"] += 1
-        best = int(rank[holds].min())
-        counts[f"holder_rank_{best}" if best <= 3 else "holder_rank_4_plus"] += 1
-        right_holders = holds & right
-        if not right_holders.any():
-            continue
-        counts["right_reading_holder"] += 1
-        counts["right_reading_holder_null_too"] += bool(right[0])
-        if (right & ~holds).any():
-            continue
-        counts["copied"] += 1
-        first = int(np.flatnonzero(right_holders)[np.argmin(rank[right_holders])])
-        where = "first" if rank[first] == 1 else "lower"
-        counts[f"copied_holder_{where}"] += 1
-        counts[f"copied_holder_{where}_right"] += bool(row["right_with_retrieval"])
-        if where == "lower":
-            lower_holder_p.append(float(np.exp(log_p[first])))
-            lower_top_p.append(float(np.exp(log_p.max())))
-    return {
-        **counts,
-        "copied_holder_lower_p": float(np.mean(lower_holder_p)) if lower_holder_p else None,
-        "copied_holder_lower_top_p": float(np.mean(lower_top_p)) if lower_top_p else None,
-        "reads_blocks": any(len(row["retrieval_log_probs"]) > 1 for row in outcomes),
-    }

@@ -5,9 +5,9 @@ import threading
 
 import pytest
 
-from realm.flows.comparison import compare
 from realm.flows.ict_warm_start import ict_warm_start
 from realm.flows.realm_pretrain import realm_pretrain
+from realm.model.analysis.comparison import compare
 from realm.model.index.mips import MipsIndex, latest_published
 from realm.model.publish import record_files
 from realm.model.training.train_pretrain import PretrainTrainer

@@ -6,8 +6,8 @@ from pydantic import ValidationError
 
 from realm.flows.reproduce import realm_reproduce
 from realm.flows.reproduce_questions import split_questions
-from realm.flows.reproduce_report import paired_markdown
 from realm.flows.reproduce_systems import SYSTEMS, ReproduceParams
+from realm.model.analysis.reproduction_table import paired_markdown
 from realm.schemas import REPRODUCTION_RESULTS, read_table
 from tests.flows.tiny_run import tiny_params
 

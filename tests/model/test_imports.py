@@ -7,7 +7,7 @@ import pytest
 
 MODEL_DIR = pathlib.Path(__file__).resolve().parents[2] / "model"
 # The rooms of realm.model in import order: each may import the shared modules and the rooms before it.
-ROOMS = ["networks", "index", "qa", "training"]
+ROOMS = ["networks", "index", "qa", "analysis", "training"]
 SHARED = {"tokenization", "publish", "progress"}
 
 

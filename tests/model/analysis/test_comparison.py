@@ -2,9 +2,11 @@ from pathlib import Path
 
 import pytest
 
-from realm.flows.comparison import compare, compare_seeds, comparison_markdown, seeds_markdown
+from realm.model.analysis.comparison import compare
+from realm.model.analysis.comparison_markdown import comparison_markdown, seeds_markdown
+from realm.model.analysis.paired_stats import mcnemar_exact_p_value
+from realm.model.analysis.seed_comparison import compare_seeds
 from realm.model.publish import IntegrityError, record_files
-from realm.model.qa.paired_stats import mcnemar_exact_p_value
 from realm.schemas import MASKED_SPAN_OUTCOMES, PREDICTIONS, write_table
 
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from realm.model.qa.paired_stats import (
+from realm.model.analysis.paired_stats import (
     bootstrap_interval,
     mcnemar_exact_p_value,
     paired_difference_interval,
@@ -32,12 +32,12 @@ def test_bootstrap_interval_brackets_the_accuracy_and_narrows_with_more_examples
 def test_bootstrap_resamples_in_chunks_give_the_interval_of_one_draw_of_them_all(monkeypatch):
     import numpy as np
 
-    import realm.model.qa.paired_stats
+    import realm.model.analysis.paired_stats
 
     correct = (np.random.default_rng(1).random(1234) < 0.3).astype(np.float64)
     means = correct[np.random.default_rng(0).integers(0, correct.size, size=(500, correct.size))].mean(axis=1)
     whole = tuple(np.quantile(means, [0.025, 0.975]))
-    monkeypatch.setattr(realm.model.qa.paired_stats, "_DRAWS_PER_CHUNK", 100 * correct.size + 7)  # 100 rows, 5 chunks
+    monkeypatch.setattr(realm.model.analysis.paired_stats, "_DRAWS_PER_CHUNK", 100 * correct.size + 7)  # 100 rows, 5 chunks
     assert bootstrap_interval(correct, resamples=500) == pytest.approx(whole, abs=1e-12)  # the same draws
 
 

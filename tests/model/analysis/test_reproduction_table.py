@@ -1,4 +1,4 @@
-from realm.flows.reproduce_report import json_table, paired_markdown, results_markdown
+from realm.model.analysis.reproduction_table import json_table, paired_markdown, results_markdown
 
 ROWS = [
     {"system": system, "dataset": "nq", "n": 146, "exact_match": em, "reader_accuracy": 0.25, "recall_at_5": 0.3,
@@ -18,7 +18,7 @@ def test_the_table_names_each_row_left_untrained_and_the_row_it_would_repeat():
 
 
 def test_rows_of_systems_not_retrained_are_kept_only_under_the_same_settings(tmp_path):
-    from realm.flows.reproduce_report import earlier_rows
+    from realm.model.analysis.reproduction_table import earlier_rows
     from realm.schemas import REPRODUCTION_RESULTS, write_table
 
     assert earlier_rows(tmp_path, "a" * 64, [("bm25", 0)]) == []  # no table yet
