@@ -1,9 +1,8 @@
 """Calls run in a child process that is killed when one overruns its time (POSIX).
 
 Some C code cannot be interrupted from Python: mwparserfromhell's tokenizer runs in time
-quadratic in a run of unclosed markup (earwig/mwparserfromhell#364: 2,000 unclosed `{{a|`
-took 1 to 2.4 s on the project's CPU, and the time grows with the square of the run), and a
-Python signal handler only runs once the C call returns. One such page would hold a worker for
+quadratic in a run of unclosed markup (earwig/mwparserfromhell#364), and a Python signal
+handler only runs once the C call returns. One such page would hold a worker for
 hours. Here each call runs in a child process kept for the next calls; a call that overruns
 kills it, and the next call starts another. A child whose parent was killed (SIGKILL: nothing
 left to kill it) ends at its next read of the pipe, or by its own alarm a few seconds after the

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 # `.tmp-<step>-<pid>`, `.old-<step>-<pid>`, `.staging-<name>-<pid>` (directories) and
 # `<name>.tmp-<pid>` (files and directories).
-# `realm index` staged corpora as `.<name>-staging-<pid>` before 2026-11-28.
+# Runs from older code hold `realm index`'s staged corpora as `.<name>-staging-<pid>`.
 _OWNED = re.compile(r"^\.(?:(?:tmp|old|staging)-.+|.+-staging)-(?P<pid>\d+)$|\.tmp-(?P<file_pid>\d+)$")
 
 

@@ -6,11 +6,11 @@ verbatim in a retrieved block, and whether reading one such block alone gets it 
 (`realm.model.training.masked_span_accuracy`). Rows are keyed by the pre-training example's
 id, so two runs evaluated on the same examples compare example by example (`realm compare`).
 
-Since 2026-11-28 each row also lists the candidates read, as retrieved (the null document
-first, block id -1; padding left out), with log p(z|x), whether each holds the span and
-whether the encoder reading it alone gets the span right: where p(z|x) ranks the blocks
-that could be copied from, which `realm compare` breaks down. Older files read back with
-these columns null.
+Each row also lists the candidates read, as retrieved (the null document first, block id
+-1; padding left out), with log p(z|x), whether each holds the span and whether the encoder
+reading it alone gets the span right: where p(z|x) ranks the blocks that could be copied
+from, which `realm compare` breaks down. Files written before these columns were added read
+back with them null.
 """
 
 import pyarrow as pa

@@ -1,8 +1,7 @@
 """An artifact's rows digested as a multiset: the same rows give the same digest, whatever
 files and order hold them.
 
-Beam splits the same rows among shards differently from run to run (three preparations of the
-vital corpus wrote the same documents and blocks in three byte layouts), so the sha256s of an
+Beam splits the same rows among shards differently from run to run, so the sha256s of an
 artifact's files say whether its bytes changed, not whether its rows did. A prepared
 artifact's manifest therefore also records, per file prefix, how many rows its files hold
 and the sum of the rows' hashes (`ROWS_KEY`): each row, its schema's columns as sorted JSON,

@@ -15,7 +15,7 @@ def ended_pid() -> int:
 def test_owner_pids_are_read_from_the_names_writers_give():
     assert [owner_pid(name) for name in [
         ".tmp-40-123", ".old-40-123", ".staging-prepare-123", "part-0.parquet.tmp-123", ".manifest.json.tmp-123",
-        ".blocks-staging-123",  # `realm index`'s staged corpus before 2026-11-28
+        ".blocks-staging-123",  # `realm index`'s staged corpus in runs from older code
     ]] == [123] * 6
     assert [owner_pid(name) for name in ["40", "manifest.json", "prepare-00000-of-00001.parquet", ".staging-prepare"]] == [None] * 4
 
