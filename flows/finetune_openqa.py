@@ -29,7 +29,6 @@ def train_finetune_stage(
     from realm.model.networks.config import ModelConfig
     from realm.model.networks.device import select_device
     from realm.model.qa.qa_data import read_qa_file
-    from realm.model.training.cloze_questions import cloze_questions
     from realm.model.training.stage_settings import FinetuneConfig
     from realm.model.training.train_finetune import FinetuneTrainer
 
@@ -37,15 +36,11 @@ def train_finetune_stage(
     files = params.qa_train or training_qa_paths()
     examples = [example for path in files for example in read_qa_file(path)]
     get_run_logger().info("fine-tuning on %d questions from %s (index %s)", len(examples), ", ".join(files), index_path)
-    cloze = []
-    if params.cloze_questions:
-        cloze = cloze_questions(layout.pretrain_examples, params.cloze_questions, seed, params.max_question_wordpieces)
-        get_run_logger().info("and %d cloze questions from %s", len(cloze), layout.pretrain_examples)
     with layout.training_lock():
         trainer = FinetuneTrainer(
             examples, layout.blocks, index_path, init_checkpoint, layout.checkpoints("finetune"),
             ModelConfig.preset(model_preset), FinetuneConfig(**params.model_dump(include=set(FinetuneConfig.model_fields))),
-            device=select_device(device), reader_init=reader_init, seed=seed, extra_training=cloze,
+            device=select_device(device), reader_init=reader_init, seed=seed,
         )
         reporter = TrainingReporter("finetune", layout.reports, trainer.step)
         result = trainer.run(reporter)
@@ -110,7 +105,6 @@ def finetune_openqa(
         index_path = index_path or required(latest_published(layout.index), "published index")
     reads = [*(params.qa_train or training_qa_paths()), layout.blocks, layout.block_entities, init_checkpoint, index_path]
     reads += [reader_init] if reader_init != WARM_START else []
-    reads += [layout.pretrain_examples] if params.cloze_questions else []
     stage = cached_in_run(train_finetune_stage, layout, reads=reads, writes=[layout.checkpoints("finetune")])
     return stage(
         str(layout.root), run.model_preset, params, run.seed, run.device,

@@ -56,9 +56,9 @@ ReaderWarmupParams = ReaderWarmupConfig
 
 
 # Settings that act through the query tower: a BM25 run has none, so they would do nothing there.
-DENSE_ONLY_SETTINGS = ("bm25_candidates", "retrieve_every_step", "retriever_corpus_softmax")
+DENSE_ONLY_SETTINGS = ("retriever_corpus_softmax",)
 # Settings that give the reader modules of its own: a reader saved with one set loads only into the same.
-READER_MODULE_SETTINGS = ("answer_pointer", "block_relevance", "span_features", "answer_type")
+READER_MODULE_SETTINGS = ("span_features",)
 
 
 class FinetuneParams(FinetuneConfig):
@@ -69,10 +69,6 @@ class FinetuneParams(FinetuneConfig):
     )
     retriever: Literal["dense", "bm25"] = Field(
         "dense", description="dense: the query tower over the pre-trained index; bm25: BM25 over the blocks (BERT-Baseline)"
-    )
-    cloze_questions: int = Field(
-        0, ge=0, description="cloze questions from the run's salient-span sentences mixed into the training questions "
-        "(never validated on; realm.model.training.cloze_questions)",
     )
 
     @model_validator(mode="after")
@@ -121,12 +117,6 @@ class PipelineParams(BaseModel):
                 raise ValueError(
                     f"warmup and finetune set {' and '.join(differ)} differently; fine-tuning starts from the "
                     "warm-up's reader, so they must agree (or warmup.questions = 0)"
-                )
-            if self.finetune.encoder_share < 1:
-                raise ValueError(
-                    "finetune.encoder_share acts only on a reader started from a pre-trained encoder, and fine-tuning "
-                    "starts from the warm-up's reader; set warmup.encoder_share (the warm-up starts from the encoder), "
-                    "or warmup.questions = 0"
                 )
         return self
 

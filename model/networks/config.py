@@ -39,12 +39,8 @@ class ModelConfig:
     retriever tower projects, the final [CLS] state or the mean of its tokens' states.
     `retrieval_scale`: None scores blocks by the inner product of the towers' projections
     (REALM's f(x,z)); a number s scales each projection to length √s, so f(x,z) = s · cos.
-    `answer_pointer`: the reader's questions end in an answer slot that points at the span
-    (`realm.model.networks.answer_pointer`). `block_relevance`: the reader scores each block
-    as a whole from its [CLS] state, added to every span of the block (`Reader`).
     `span_features`: the reader's span MLP also reads each span's width and nearness to the
-    question's words (`realm.model.networks.span_features`). `answer_type`: the reader scores
-    each whole-entity span's type against the question (`realm.model.networks.answer_type`).
+    question's words (`realm.model.networks.span_features`).
     """
 
     model_dir: str | None
@@ -57,10 +53,7 @@ class ModelConfig:
     retrieval_scale: float | None = None
     span_hidden_size: int = 256
     max_span_wordpieces: int = 10
-    answer_pointer: bool = False
-    block_relevance: bool = False
     span_features: bool = False
-    answer_type: bool = False
     # Shape of a randomly initialised BERT (ignored when warm-starting from model_dir).
     hidden_size: int = 128
     num_attention_heads: int = 2
@@ -105,10 +98,7 @@ class ModelConfig:
         config.retrieval_scale = self.retrieval_scale
         config.span_hidden_size = self.span_hidden_size
         config.max_span_wordpieces = self.max_span_wordpieces
-        config.answer_pointer = self.answer_pointer
-        config.block_relevance = self.block_relevance
         config.span_features = self.span_features
-        config.answer_type = self.answer_type
         return config
 
     def tokenizer(self) -> WordPieceTokenizer:

@@ -113,23 +113,6 @@ def body_positions(joint: BertInputs) -> tuple[torch.Tensor, torch.Tensor]:
     return joint.attention_mask.sum(dim=1) - body_lengths - 1, body_lengths
 
 
-def body_mask(joint: BertInputs) -> torch.Tensor:
-    """[n, length] bool: which positions of padded `[CLS] x [SEP] z_body [SEP]` inputs are
-    the block's body (`body_positions`; none for the null document)."""
-    starts, lengths = body_positions(joint)  # [n], [n]
-    positions = torch.arange(joint.input_ids.shape[1], device=joint.input_ids.device)[None, :]  # [1, length]
-    return (positions >= starts[:, None]) & (positions < (starts + lengths)[:, None])
-
-
-def question_mask(joint: BertInputs) -> torch.Tensor:
-    """[n, length] bool: which positions of padded `[CLS] x [SEP] z_body [SEP]` inputs are the
-    question's (between the [CLS] and the [SEP] before the body; an answer slot's `[MASK]`,
-    `Reader.reads_answer_slot`, included)."""
-    starts, _ = body_positions(joint)  # [n]
-    positions = torch.arange(joint.input_ids.shape[1], device=joint.input_ids.device)[None, :]  # [1, length]
-    return (positions >= 1) & (positions < (starts - 1)[:, None])
-
-
 def hidden_states_with_added_embeddings(bert: BertModel, joint: BertInputs, *added: torch.Tensor) -> torch.Tensor:
     """`bert`'s last hidden states [n, length, hidden] over `joint`, each of `added` ([n,
     length, hidden] learned input features: question match, entity types) summed into the

@@ -12,13 +12,8 @@ whatever its relevance. The answer is the block's original text between the span
 character offsets (`span_text`), not detokenized wordpieces. The block's words that the
 question also says are marked in the input (`realm.model.networks.question_match`), and so
 are the named entities' types (`realm.model.networks.entity_types`). A reader built with
-`answer_pointer` reads `[CLS] q [MASK] [SEP] z_body [SEP]` and adds the slot's pointer scores
-to each span's (`realm.model.networks.answer_pointer`). A reader built with `block_relevance`
-adds a score of the whole block, read from its [CLS] state, to each of the block's spans; one
-built with `span_features` adds learned vectors of each span's width and nearness to the
-question's words to its hidden layer (`realm.model.networks.span_features`); one built with
-`answer_type` adds a score of each whole-entity span's type given the question
-(`realm.model.networks.answer_type`).
+`span_features` adds learned vectors of each span's width and nearness to the question's words
+to its hidden layer (`realm.model.networks.span_features`).
 """
 
 from __future__ import annotations
@@ -30,8 +25,6 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
 
-from realm.model.networks.answer_pointer import AnswerPointer
-from realm.model.networks.answer_type import AnswerType
 from realm.model.networks.config import ModelConfig, build_component
 from realm.model.networks.entity_types import NUM_ENTITY_TYPES
 from realm.model.networks.inputs import (
@@ -40,7 +33,6 @@ from realm.model.networks.inputs import (
     hidden_states_with_added_embeddings,
     joint_sequence,
     pad_batch,
-    question_mask,
     same_padded_length_groups,
 )
 from realm.model.networks.marginal import LOG_ZERO, as_float32_or_wider, mask_log_scores, masked_logsumexp
@@ -109,19 +101,14 @@ def reader_inputs(
     question_and_body_ids: Sequence[tuple[Sequence[int], Sequence[int]]],
     entity_types: Sequence[Sequence[int]],
     max_span: int = 10,
-    answer_slot: bool = False,
 ) -> tuple[BertInputs, SpanTable]:
     """Padded `[CLS] q [SEP] z_body [SEP]` inputs with their `question_match` flags and the
     body wordpieces' `entity_types` (one list per pair, as long as its body: 0 outside an
     entity), and their candidate spans, one row per (question, block) pair; spans follow the
-    body as `join` actually kept it. `answer_slot` (`Reader.reads_answer_slot`): each question
-    ends in a `[MASK]`, the slot `answer_slots` finds."""
+    body as `join` actually kept it."""
     if len(entity_types) != len(question_and_body_ids):
         raise ValueError(f"{len(entity_types)} entity-type lists for {len(question_and_body_ids)} (question, block) pairs")
-    slot = [tokenizer.mask_id] if answer_slot else []
-    joint = pad_batch(
-        [joint_sequence(tokenizer, [*q, *slot], body) for q, body in question_and_body_ids], tokenizer.pad_id
-    )
+    joint = pad_batch([joint_sequence(tokenizer, q, body) for q, body in question_and_body_ids], tokenizer.pad_id)
     body_starts, body_lengths = body_positions(joint)
     joint.question_match = question_match_flags(tokenizer, joint, question_and_body_ids)
     joint.entity_types = torch.zeros_like(joint.input_ids)
@@ -131,12 +118,6 @@ def reader_inputs(
             raise ValueError(f"pair {row}: {len(entity_types[row])} entity types for a body of {len(body)} wordpieces")
         joint.entity_types[row, start : start + length] = torch.tensor(entity_types[row][:length], dtype=torch.long)
     return joint, enumerate_spans(body_starts, body_lengths, max_span)
-
-
-def answer_slots(joint: BertInputs) -> torch.Tensor:
-    """[n] position of each row's answer slot in `reader_inputs(..., answer_slot=True)`: the
-    `[MASK]` just before the `[SEP]` that precedes the body."""
-    return body_positions(joint)[0] - 2
 
 
 class Reader(BertPreTrainedModel):
@@ -149,22 +130,13 @@ class Reader(BertPreTrainedModel):
     The MLP's first layer on the concatenation equals W_s h_start + W_e h_end, so it is applied
     once per position (one projection split in two halves) and summed per span, as ORQA does,
     instead of once per span; then ReLU, LayerNorm and a linear map to the score. With
-    `config.answer_pointer` (a checkpoint saved before it reads without), the answer slot's
-    start and end pointer scores are added (`realm.model.networks.answer_pointer`). With
-    `config.block_relevance`, a linear map of the [CLS] state scores the block as a whole and
-    is added to each of its spans (DPR's passage selector, trained here through the same joint
-    softmax): the span MLP's LayerNorm keeps each span's score in a bounded range, so without
-    it a block's relevance to the question reaches the scores only through every span's own
-    start and end states. It starts at zero, so a warm start reads as before. With
     `config.span_features`, each span's width, distance to the block's nearest question word
     and whether it holds one add their learned vectors (from zero) to the MLP's hidden layer
-    (`realm.model.networks.span_features`). With `config.answer_type`, a span that is one whole
-    named entity adds a score of its type read from the question's states, from zero
-    (`realm.model.networks.answer_type`).
+    (`realm.model.networks.span_features`).
     """
 
     # The optional modules that start at zero and draw nothing (`__init__`, `_init_weights`).
-    OPTIONAL_ZERO_START = ("block_relevance", "span_features", "answer_type")
+    OPTIONAL_ZERO_START = ("span_features",)
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
@@ -174,18 +146,11 @@ class Reader(BertPreTrainedModel):
         self.span_output = nn.Linear(config.span_hidden_size, 1)
         self.question_match = nn.Embedding(2, config.hidden_size, padding_idx=0)  # row 0: no match, nothing added
         self.entity_type = nn.Embedding(NUM_ENTITY_TYPES, config.hidden_size, padding_idx=0)  # row 0: no entity
-        pointing = getattr(config, "answer_pointer", False)
-        self.answer_pointer = AnswerPointer(config.hidden_size) if pointing else None
-        relevance = getattr(config, "block_relevance", False)
         featured = getattr(config, "span_features", False)
-        typed = getattr(config, "answer_type", False)
         # The optional modules start at zero and draw nothing from the seeded generator, built or
         # initialised: turning one on leaves every other draw of a seeded run where it was.
         with torch.random.fork_rng(devices=[]):
-            # No bias: one constant added to every span of every read block cancels in the softmax.
-            self.block_relevance = nn.Linear(config.hidden_size, 1, bias=False) if relevance else None
             self.span_features = SpanFeatures(config.max_span_wordpieces, config.span_hidden_size) if featured else None
-            self.answer_type = AnswerType(config.hidden_size) if typed else None
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -206,19 +171,10 @@ class Reader(BertPreTrainedModel):
         ]
 
     def fresh_modules(self) -> list[nn.Module]:
-        """The span MLP and the question-match and entity-type vectors, which no warm start
-        holds (but the question-match vector of a pre-training that marked the masked
-        sentence's words), the answer pointer (but a copy head's, `AnswerPointer.start_from`) and
-        the block relevance score, the span features and the answer type; fine-tuning gives them
-        their own learning rate."""
-        optional = (self.answer_pointer, self.block_relevance, self.span_features, self.answer_type)
-        extra = [module for module in optional if module is not None]
+        """The span MLP, the question-match and entity-type vectors and the span features, which
+        no warm start holds; fine-tuning gives them their own learning rate."""
+        extra = [self.span_features] if self.span_features is not None else []
         return [self.span_projection, self.span_norm, self.span_output, self.question_match, self.entity_type, *extra]
-
-    @property
-    def reads_answer_slot(self) -> bool:
-        """Whether its inputs need the answer slot (`reader_inputs(..., answer_slot=...)`)."""
-        return self.answer_pointer is not None
 
     def span_logits(self, joint: BertInputs, spans: SpanTable) -> torch.Tensor:
         """[n, spans] float32 span scores; LOG_ZERO at invalid spans. `joint` from `reader_inputs`."""
@@ -242,13 +198,6 @@ class Reader(BertPreTrainedModel):
                 span_hidden.add_(self.span_features(joint.question_match, spans.starts, spans.ends))
             span_hidden = self.span_norm(span_hidden.relu_())
             logits = self.span_output(span_hidden).squeeze(-1)  # [n, spans]
-            if self.answer_pointer is not None:
-                start, end = self.answer_pointer(hidden, answer_slots(joint))  # [n, length] x2
-                logits = logits + _span_sums(start[..., None], end[..., None], spans).squeeze(-1)
-            if self.block_relevance is not None:
-                logits = logits + self.block_relevance(hidden[:, 0])  # [n, 1]: the same for every span of a block
-            if self.answer_type is not None:
-                logits = logits + self.answer_type(hidden, question_mask(joint), joint.entity_types, spans.starts, spans.ends)
         return mask_log_scores(logits, spans.valid)
 
 

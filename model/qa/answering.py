@@ -286,7 +286,6 @@ class Answerer:
             [(q, body) for q, row in zip(question_ids, bodies) for body in row],
             entity_types,
             self.model_config.max_span_wordpieces,
-            answer_slot=self.reader.reads_answer_slot,
         )
         with autocast(self.device, self.model_config.cpu_bf16_autocast):
             span_logits = span_logits_by_length(self.reader, joint.to(self.device), spans.to(self.device))  # [batch * read, spans]

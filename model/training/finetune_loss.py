@@ -117,7 +117,7 @@ def finetune_loss(
     ]
     joint, spans = reader_inputs(
         tokenizer, [(q, body) for q, row in zip(question_ids, bodies) for body in row], read_types,
-        model_config.max_span_wordpieces, answer_slot=reader.reads_answer_slot,
+        model_config.max_span_wordpieces,
     )
     gold_mask = spans.gold_mask(
         [candidates.gold[i][c] for i in range(size) for c in slot_rows[i]]

@@ -27,8 +27,7 @@ from realm.model.networks.inputs import (
     length_sorted_groups,
     pad_batch,
 )
-from realm.model.networks.marginal import mask_log_scores, marginal_log_likelihood, masked_logsumexp
-from realm.model.networks.question_match import question_match_flags
+from realm.model.networks.marginal import mask_log_scores, marginal_log_likelihood
 from realm.model.index.mips import BruteForceIndex, MipsIndex
 from realm.model.networks.retriever import Retriever, relevance_scores
 from realm.model.tokenization import MAX_PRETRAIN_QUERY_WORDPIECES, QUERY_SPECIAL_TOKENS, WordPieceTokenizer, join
@@ -205,22 +204,13 @@ def encoder_log_likelihood(
     candidates: Candidates,
     device: torch.device,
     micro_batch: int = CPU_MICRO_BATCH,
-    mark_sentence_words: bool = False,
-    copy_from_block: bool = False,
 ) -> torch.Tensor:
     """log p(y|z,x) of every (example, candidate), [batch, k] float32.
 
     Joint inputs are `[CLS] masked x [SEP] z_body [SEP]` (`[CLS] x [SEP] [SEP]` for the null
-    document and padding), run in length-sorted micro-batches of `micro_batch`. With
-    `mark_sentence_words`, each body wordpiece inside a word the masked sentence says is
-    flagged for the encoder's `question_match` vector, as the reader flags the question's.
-    With `copy_from_block`, the encoder's pointer over the body is mixed into each masked
-    slot's distribution (`realm.model.networks.block_copy`).
+    document and padding), run in length-sorted micro-batches of `micro_batch`.
     """
-    return _encoder_forward(
-        encoder, tokenizer, blocks, batch, candidates, device, micro_batch, mark_sentence_words, copy_from_block,
-        keep_log_probs=False,
-    )
+    return _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, micro_batch, keep_log_probs=False)
 
 
 def encoder_log_probs(
@@ -231,22 +221,14 @@ def encoder_log_probs(
     candidates: Candidates,
     device: torch.device,
     micro_batch: int = CPU_MICRO_BATCH,
-    mark_sentence_words: bool = False,
-    copy_from_block: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log p(y|z,x) [batch, k] as `encoder_log_likelihood`, and log p(v|z,x) over the whole
     vocabulary at each masked slot [batch, k, max_masks, vocab] float32, detached, 0 at unused
     slots) from one forward: the second gives argmax predictions (MLM accuracy) for free."""
-    return _encoder_forward(
-        encoder, tokenizer, blocks, batch, candidates, device, micro_batch, mark_sentence_words, copy_from_block,
-        keep_log_probs=True,
-    )
+    return _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, micro_batch, keep_log_probs=True)
 
 
-def _encoder_forward(
-    encoder, tokenizer, blocks, batch, candidates, device, micro_batch: int, mark_sentence_words: bool,
-    copy_from_block: bool, keep_log_probs: bool,
-):
+def _encoder_forward(encoder, tokenizer, blocks, batch, candidates, device, micro_batch: int, keep_log_probs: bool):
     size, k = candidates.block_ids.shape
     real = _real_slots(candidates)
     pairs = [
@@ -261,13 +243,9 @@ def _encoder_forward(
     example = np.repeat(np.arange(size), k)  # [batch * k] example of each sequence
 
     def forward(inputs: BertInputs, rows: np.ndarray):
-        if mark_sentence_words:
-            inputs.question_match = question_match_flags(tokenizer, inputs, [pairs[r] for r in rows])
         of_example = torch.from_numpy(example[rows])
         mlm_mask = batch.mlm_mask[of_example].to(device)  # [rows, max_masks]
-        log_probs = encoder.masked_log_probs(
-            inputs.to(device), batch.mlm_positions[of_example].to(device), mlm_mask, copy_from_block
-        )
+        log_probs = encoder.masked_log_probs(inputs.to(device), batch.mlm_positions[of_example].to(device), mlm_mask)
         log_likelihood = masked_target_log_likelihood(log_probs, batch.mlm_targets[of_example].to(device), mlm_mask)
         if not keep_log_probs:
             return log_likelihood  # [rows]
@@ -300,12 +278,3 @@ def pretrain_loss(retrieval_logits: torch.Tensor, log_p_y_given_z: torch.Tensor)
     """−mean over the batch of log p(y|x); padding candidates are already at LOG_ZERO."""
     return -marginal_log_likelihood(retrieval_logits, log_p_y_given_z).mean()
 
-
-def holder_retrieval_loss(retrieval_logits: torch.Tensor, holding: np.ndarray) -> torch.Tensor:
-    """−log Σ_{z holding the span} p(z|x), averaged over the batch with 0 for the examples no
-    retrieved block holds: retrieval_logits [batch, k] float32 (padding at LOG_ZERO), holding
-    [batch, k] (`candidates_holding_span`)."""
-    holds = torch.from_numpy(holding).to(retrieval_logits.device)
-    log_p_z = torch.log_softmax(retrieval_logits, dim=-1)
-    per_example = -masked_logsumexp(log_p_z, holds)
-    return torch.where(holds.any(dim=1), per_example, torch.zeros_like(per_example)).mean()

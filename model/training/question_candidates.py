@@ -74,46 +74,6 @@ class CandidateCache(Candidates):
         return cls(block_ids, found, gold)
 
 
-class FreshCandidates:
-    """Each step's questions' cached candidates joined to the blocks the current query tower
-    ranks first (ORQA retrieves with the current question encoder at every step). Training
-    moves the tower away from the one the cache was retrieved with; measured on the main job's
-    recipe, 31% of the fine-tuned tower's top-5 slots on its training questions were blocks
-    outside the 20 cached, never once scored against the answer's blocks in training. Gold
-    spans of a block new to a question are found once and kept."""
-
-    def __init__(
-        self, cache: CandidateCache, tokenizer: WordPieceTokenizer, blocks: BlockStore,
-        examples: Sequence[QAExample], model_config: ModelConfig, config: FinetuneConfig,
-    ):
-        self.cache, self.tokenizer, self.blocks, self.examples = cache, tokenizer, blocks, examples
-        self.model_config, self.config = model_config, config
-        self._gold: dict[tuple[int, int], list[tuple[int, int]]] = {}
-
-    @torch.no_grad()
-    def batch(self, retriever: QuestionRetriever, rows: np.ndarray) -> Candidates:
-        """Questions `rows`' cached candidates, then the current top `num_candidates` that
-        the cache lacks ([n, 2 · num_candidates], -1 / False where a block repeats)."""
-        examples = [self.examples[r] for r in rows]
-        cached = self.cache.batch(rows)
-        fresh = retrieve_candidates(retriever, self.tokenizer, examples, self.config.num_candidates, self.config)
-        block_ids, found = join_candidates((cached.block_ids, cached.found), fresh)
-        width = cached.block_ids.shape[1]
-        gold = [
-            cached.gold[i] + [self._gold_spans(int(r), int(b)) if ok else [] for b, ok in zip(block_ids[i, width:], found[i, width:])]
-            for i, r in enumerate(rows)
-        ]
-        return Candidates(block_ids, found, gold)
-
-    def _gold_spans(self, row: int, block_id: int) -> list[tuple[int, int]]:
-        key = (row, block_id)
-        if key not in self._gold:
-            self._gold[key] = gold_spans(
-                self.tokenizer, self.blocks, block_id, self.examples[row], self.model_config.max_span_wordpieces
-            )
-        return self._gold[key]
-
-
 def retrieve_candidates(
     retriever: QuestionRetriever,
     tokenizer: WordPieceTokenizer,
@@ -134,19 +94,6 @@ def retrieve_candidates(
         for batch in (examples[start : start + batch_size] for start in range(0, len(examples), batch_size))
     ]
     return _without_excluded(np.concatenate([h.block_ids for h in hits]), np.concatenate([h.found for h in hits]), examples, k)
-
-
-def join_candidates(
-    first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray]
-) -> tuple[np.ndarray, np.ndarray]:
-    """`first`'s candidates, then `second`'s that `first` lacks, row by row (block ids and found
-    flags, [n, k1 + k2]; a repeat becomes -1 / False, so every row keeps the same width)."""
-    (first_ids, first_found), (second_ids, second_found) = first, second
-    extra_ids, extra_found = second_ids.copy(), second_found.copy()
-    for row in range(len(first_ids)):
-        repeats = np.isin(second_ids[row], first_ids[row][first_found[row]])
-        extra_ids[row, repeats], extra_found[row, repeats] = -1, False
-    return np.concatenate([first_ids, extra_ids], axis=1), np.concatenate([first_found, extra_found], axis=1)
 
 
 def _without_excluded(

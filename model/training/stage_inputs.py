@@ -33,6 +33,14 @@ NOT_INPUTS = frozenset(
      "micro_batch"}
 )
 
+# Settings since removed (measured and not kept), at the value every stage trained with unless
+# asked otherwise: a checkpoint that records one at that value resumes as if it recorded none.
+REMOVED_SETTINGS = {
+    "copy_from_block": False, "mark_sentence_words": False, "holder_retrieval_weight": 0.0,
+    "reachable_spans_only": False, "copy_span_max_blocks": None, "answer_pointer": False, "block_relevance": False,
+    "answer_type": False, "encoder_share": 1.0, "bm25_candidates": 0, "retrieve_every_step": False,
+}
+
 
 def content_digest(path: str | os.PathLike) -> str:
     """sha256 of what `path` holds (module docstring); FileNotFoundError naming it if it is gone."""
@@ -72,10 +80,14 @@ def changed_inputs(recorded: Mapping, current: Mapping, settings: type[BaseModel
     """What differs between two inputs records, one phrase each: a data name ("questions"),
     a setting with its old and new value ("learning_rate 0.001 -> 0.0005"), the seed. With the
     `settings` model, a setting the recorded inputs lack counts as its default: one added to
-    realm since, left at its default, changes nothing a stage trained."""
+    realm since, left at its default, changes nothing a stage trained; a removed one recorded
+    at its `REMOVED_SETTINGS` value is no change either."""
     old_data, new_data = recorded.get("data", {}), current.get("data", {})
     changes = [name for name in sorted(old_data.keys() | new_data.keys()) if old_data.get(name) != new_data.get(name)]
     old_settings, new_settings = dict(recorded.get("settings", {})), current.get("settings", {})
+    for name, value in REMOVED_SETTINGS.items():
+        if name in old_settings and name not in new_settings and old_settings[name] == value:
+            del old_settings[name]
     for name in new_settings.keys() - old_settings.keys() if settings is not None else ():
         field = settings.model_fields.get(name)
         if field is not None and not field.is_required():

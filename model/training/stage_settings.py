@@ -124,38 +124,6 @@ class PretrainConfig(RetentionConfig):
     # its start within ~200 steps, before the fresh MLM head can read; frozen, it helps.
     cached_doc_embeddings: bool = Field(True, description="candidate vectors from the index, doc tower frozen")
     random_spans: bool = Field(False, description="ablation: mask random spans instead of salient spans")
-    # Measured off (docs/measurements.md): the 6-layer encoder then gets 49% of the spans it reads right, but
-    # spans another block holds are frequent ones its prior guesses as well (held out: 440
-    # right with retrieval, 413 with the null document alone, of 1,084).
-    reachable_spans_only: bool = Field(
-        False, description="read and train on only the batch's examples whose masked span a retrieved block holds "
-        "verbatim, as fine-tuning trains only questions whose answer is among the blocks read"
-    )
-    # Measured off (docs/measurements.md, "A copy-friendly target"): with N = 5 and `reachable_spans_only` the
-    # query tower learned to find the block holding the span (0.147 -> 0.335 of examples), but
-    # the encoder recalled its training sentences' spans instead of copying held-out ones:
-    # retrieval's margin stayed +0.007 (0.041 vs 0.034 on 4,096 held out).
-    copy_span_max_blocks: int | None = Field(
-        None, ge=1, description="mask, instead of the seeded salient span, one held by 1 to this many blocks other "
-        "than the sentence's own (the fewest), and pre-train and evaluate on only the examples with one "
-        "(`realm.model.training.copy_spans`); None: the seeded span"
-    )
-    # Measured off (docs/measurements.md, "The masked sentence's words marked in pre-training"): from the
-    # 20 x cosine start the vector grew, but retrieval's margin stayed +0.013 (+0.014 unmarked)
-    # and the encoder copied no more (right reading the block holding the span: 496 vs 499).
-    mark_sentence_words: bool = Field(
-        False, description="flag each block wordpiece inside a word the masked sentence says, for a learned vector "
-        "the encoder adds (at mlm_head_learning_rate) and fine-tuning hands to the reader, which flags the "
-        "question's words the same way"
-    )
-    # Measured (docs/measurements.md, "Copying from the block"): the encoder then copies (right for 0.52 of the
-    # held-out spans that the block it reads holds, 0.34 without), and retrieval's margin over the
-    # null document is +0.064 on the CPU and +0.066 on an H200 (target 3's +0.05), mostly from the
-    # null document falling; off by default because fine-tuning from it did not gain.
-    copy_from_block: bool = Field(
-        False, description="mix a pointer over the read block's wordpieces into the MLM head's distribution "
-        "(`realm.model.networks.block_copy`; the null document cannot copy), learned at mlm_head_learning_rate"
-    )
     # Half the default steps: measured (docs/measurements.md), the 6-layer encoder's head reads by then and
     # the query tower trained from there raised span coverage without collapsing p(z|x).
     retriever_frozen_steps: int = Field(
@@ -165,16 +133,6 @@ class PretrainConfig(RetentionConfig):
     # measured (docs/measurements.md, "the query tower at the body's rate"): the block holding the span ranked
     # no better, and 35 examples right only with it against 46 only with 3e-5 (p = 0.27).
     retriever_learning_rate: float = Field(3e-5, gt=0, description="peak rate of the retriever towers")
-    # Not REALM's: the distant supervision ORQA and DPR fine-tune with (the answer string in the
-    # block), applied to the masked span, which the query never shows. Where a retrieved block
-    # holds the span, the block that could be copied from is often ranked below others that
-    # cannot (docs/measurements.md, "Where the holder's reading is lost"). Measured off (docs/measurements.md, "the retriever
-    # supervised by the blocks that hold the span"): at 1.0 a holder ranked first for 820 of 4,096
-    # against 748, and 415 right with retrieval against 420 (32 / 37, p = 0.63).
-    holder_retrieval_weight: float = Field(
-        0.0, ge=0, description="while the retriever trains, add this times −log Σ p(z|x) over the retrieved blocks "
-        "holding the masked span (zero for examples none holds) to the loss; 0: REALM's loss alone"
-    )
     retriever_warmup_steps: int = Field(
         100, ge=0, description="after retriever_frozen_steps, steps over which the towers' rate rises from 0 to the "
         "schedule's, so fresh AdamW moments do not take full-rate steps"
@@ -219,20 +177,6 @@ class FinetuneConfig(RetentionConfig):
         True, description="validate and publish a moving average of the steps' weights, leaning to the later ones, "
         "instead of the last step's (realm.model.training.weight_average)",
     )
-    # Measured off (docs/measurements.md, "The copy head kept as the reader's answer pointer"): started from the
-    # copy head's pre-training, the three dev sets' mean 0.166 / 0.141 against ORQA's 0.193 / 0.170
-    # on two seeds; trained fresh, it cost ORQA (5 / 8 on the CPU, 2 / 11 on an H200).
-    answer_pointer: bool = Field(
-        False, description="questions end in a [MASK] slot whose pointer scores each span's start and end, started "
-        "from the pre-trained encoder's copy head where it has one (realm.model.networks.answer_pointer) and "
-        "trained at span_head_learning_rate",
-    )
-    # Measured off (docs/measurements.md, "a score of the whole block"): the three dev sets' mean 0.175 against
-    # 0.182 over two seeds, 4 / 4 questions right only with / without it.
-    block_relevance: bool = Field(
-        False, description="the reader scores each read block as a whole from its [CLS] state (a linear map from zero, "
-        "trained at span_head_learning_rate) and adds it to every span of the block (DPR's passage selector)",
-    )
     # Measured on (docs/measurements.md, "The span features' second seed"): the three dev sets' mean EM
     # 0.186 / 0.191 against 0.169 / 0.165 on seeds 0 and 1, 30 / 14 dev questions right only with / without.
     span_features: bool = Field(
@@ -240,29 +184,11 @@ class FinetuneConfig(RetentionConfig):
         "question says and whether it holds one, as learned vectors from zero trained at span_head_learning_rate "
         "(realm.model.networks.span_features)",
     )
-    answer_type: bool = Field(
-        False, description="a span that is one whole named entity adds a score of its type, read from the mean of the "
-        "question's wordpiece states by a linear map from zero trained at span_head_learning_rate "
-        "(realm.model.networks.answer_type)",
-    )
-    # A pre-trained encoder can read worse than the warm start it was pre-trained from
-    # (README, the reproduction's swapped rows); a point on the line between the two keeps
-    # both in one basin (WiSE-FT, Wortsman et al. 2022, interpolates a fine-tuned model with its start).
-    encoder_share: float = Field(
-        1.0, ge=0, le=1, description="the reader's BERT starts at this share of the pre-trained encoder's weights and "
-        "the rest of the model preset's warm start's (1: the encoder as pre-trained, as REALM does); only where the "
-        "reader starts from an encoder",
-    )
     checkpoint_every: int = Field(200, ge=1, description="steps between checkpoints, each validated")
     log_every: int = Field(10, ge=1)
     num_read: int = Field(5, ge=1, description="blocks the reader reads per question (REALM and ORQA: 5)")
     num_candidates: int = Field(
         20, ge=1, description="blocks retrieved once per question: the early-update range and the pool read from"
-    )
-    bm25_candidates: int = Field(
-        0, ge=0, description="BM25's top blocks joined to each question's dense candidates, so questions the starting "
-        "query tower misses still train the reader and pull the tower towards their answer (DPR's BM25 positives; "
-        "BM25 runs read BM25's candidates already)",
     )
     validation_fraction: float = Field(
         0.05, ge=0, lt=1, description="questions held out by hash and answered at each checkpoint to pick the best"
@@ -276,11 +202,6 @@ class FinetuneConfig(RetentionConfig):
         "(the doc vectors are fixed, so scoring the corpus is one matrix product), every block holding an answer a "
         "positive; each step adds as many questions whose answer no candidate holds but some block does, trained "
         "through the query tower alone. Dense only; null (the default): on with a dense index, off with BM25",
-    )
-    retrieve_every_step: bool = Field(
-        False, description="join each step's questions' cached candidates to the current query tower's top "
-        "num_candidates (ORQA's per-step retrieval; dense only), so the blocks the tower comes to rank first are "
-        "scored against the answer's and can be read",
     )
     max_question_wordpieces: int = Field(MAX_QUESTION_WORDPIECES, ge=1)
 

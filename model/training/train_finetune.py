@@ -5,9 +5,7 @@ Retrieval runs once: each training question's candidates and their gold spans ar
 before the first step (`realm.model.training.question_candidates`); a question none of whose
 candidates holds an answer gives the reader nothing to learn, so it is counted and left out
 of the batch stream, which then holds only questions that carry a reader loss (ORQA and DPR
-likewise train on questions whose answer was retrieved). With `retrieve_every_step`, a
-step's questions also take the current query tower's top blocks beside their cached ones
-(`FreshCandidates`). Each step minimises the early update plus the joint reader loss of a
+likewise train on questions whose answer was retrieved). Each step minimises the early update plus the joint reader loss of a
 batch (`realm.model.training.finetune_loss`). With `retriever_corpus_softmax` (on by default
 with a dense index), the early update is taken over the whole corpus, and the questions left
 out for want of a candidate holding the answer, where some block of the corpus holds it
@@ -49,15 +47,12 @@ from realm.model.qa.answer_metrics import exact_match
 from realm.model.qa.answering import Answerer
 from realm.model.qa.corpus_holders import answer_holders
 from realm.model.qa.qa_data import QAExample, hash_chosen
-from realm.model.index.bm25 import Bm25Index
-from realm.model.qa.question_retrieval import Bm25Retriever, is_bm25_index, load_question_retriever
+from realm.model.qa.question_retrieval import is_bm25_index, load_question_retriever
 from realm.model.training.example_order import batch_rows
 from realm.model.training.finetune_loss import CorpusPositives, finetune_loss
-from realm.model.training.finetune_start import WARM_START, initial_components, reader_starts_from_encoder
+from realm.model.training.finetune_start import WARM_START, initial_components
 from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
-from realm.model.training.question_candidates import (
-    CandidateCache, FreshCandidates, join_candidates, retrieve_candidates,
-)
+from realm.model.training.question_candidates import CandidateCache
 from realm.model.training.stage_inputs import json_digest, stage_inputs
 from realm.model.training.stage_settings import FinetuneConfig
 from realm.model.training.trainer import ProgressFn, Trainer
@@ -105,24 +100,16 @@ class FinetuneTrainer(Trainer):
         device: torch.device | None = None,
         reader_init: str | None = None,
         seed: int = 0,
-        extra_training: Sequence[QAExample] = (),
     ):
-        """`extra_training`: questions trained on beside `examples` and never validated on (the
-        corpus's cloze questions)."""
         dense = not is_bm25_index(index_path)
         if config.retriever_corpus_softmax is None:
             # Recorded as it runs: a checkpoint then matches a rerun that names the setting and one that leaves it.
             config = config.model_copy(update={"retriever_corpus_softmax": dense})
         elif config.retriever_corpus_softmax and not dense:  # before any work: nothing would use it
             raise ValueError("retriever_corpus_softmax needs a dense index: BM25 has no query tower to train")
-        if config.encoder_share < 1 and not reader_starts_from_encoder(init_checkpoint, reader_init):
-            # Recorded as it acts: a stage is not set aside and retrained for a setting that changes nothing.
-            log.warning("encoder_share %s does nothing: the reader starts from no pre-trained encoder", config.encoder_share)
-            config = config.model_copy(update={"encoder_share": 1.0})
         super().__init__(checkpoint_root, config, device, seed)
         self.validation = [e for e in examples if is_validation_question(e.question, config.validation_fraction)]
         self.training = [e for e in examples if not is_validation_question(e.question, config.validation_fraction)]
-        self.training += extra_training
         if not self.training:
             raise ValueError(f"no training questions (of {len(examples)}, all held out for validation)")
         self.model_config = model_config
@@ -137,8 +124,6 @@ class FinetuneTrainer(Trainer):
             "init_checkpoint": init_checkpoint,
         }
         values = {"questions": _questions_digest(examples)}
-        if extra_training:
-            values["extra_training"] = _questions_digest(extra_training)
         if reader_init == WARM_START:  # not a path: the model config's warm start
             values["reader_init"] = WARM_START
         else:
@@ -147,9 +132,7 @@ class FinetuneTrainer(Trainer):
         components = self._start_components(
             lambda: initial_components(
                 init_checkpoint, model_config, self.device, reader_init=reader_init, with_query_embedder=dense,
-                reader_dropout=config.reader_dropout, answer_pointer=config.answer_pointer,
-                block_relevance=config.block_relevance, span_features=config.span_features, answer_type=config.answer_type,
-                encoder_share=config.encoder_share,
+                reader_dropout=config.reader_dropout, span_features=config.span_features,
             ),
             inputs,
         )
@@ -168,20 +151,10 @@ class FinetuneTrainer(Trainer):
         if self.resume:
             recorded = checkpoint_extra(self.resume.checkpoint)["candidates"]
             retrieved = recorded["block_ids"].numpy(), recorded["found"].numpy()
-        elif dense and config.bm25_candidates:
-            bm25 = Bm25Retriever(Bm25Index.from_blocks(blocks_path), self.device)
-            retrieved = join_candidates(
-                retrieve_candidates(self.retriever, self.tokenizer, self.training, config.num_candidates, config),
-                retrieve_candidates(bm25, self.tokenizer, self.training, config.bm25_candidates, config),
-            )
         self.candidates = CandidateCache.build(
             self.retriever, self.tokenizer, self.blocks, self.training, model_config, config, retrieved
         )
         self.rows = np.flatnonzero(self.candidates.holds_answer.any(axis=1))
-        self.fresh = (
-            FreshCandidates(self.candidates, self.tokenizer, self.blocks, self.training, model_config, config)
-            if dense and config.retrieve_every_step else None
-        )
         if len(self.rows) == 0:
             raise ValueError(
                 f"none of the {len(self.training)} training questions has an answer among its candidate blocks"
@@ -226,7 +199,7 @@ class FinetuneTrainer(Trainer):
         for module in [*self.retriever.trainable_modules(), self.reader]:
             module.train()
         batch = batch_rows(self.rows, self.config.batch_size, self.seed, self.step)
-        candidates = self.candidates.batch(batch) if self.fresh is None else self.fresh.batch(self.retriever, batch)
+        candidates = self.candidates.batch(batch)
         corpus = None
         if self.holders is not None:
             # no more than there are, so none is counted twice in a step's mean

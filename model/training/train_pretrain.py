@@ -34,12 +34,11 @@ from realm.model.index.rebuild import fitted_block_batches
 from realm.model.networks.checkpoint import load_components
 from realm.model.networks.config import ModelConfig, build_component
 from realm.model.networks.device import autocast
-from realm.model.networks.encoder import KnowledgeAugmentedEncoder
+from realm.model.networks.encoder import KnowledgeAugmentedEncoder, build_encoder
 from realm.model.networks.marginal import LOG_ZERO
 from realm.model.networks.retriever import Embedder, Retriever
 from realm.model.publish import publish, staging_dir
 from realm.model.training.candidates import Candidates
-from realm.model.training.copy_spans import copy_friendly_examples
 from realm.model.training.example_order import batch_rows, heldout_split, untrained_rows
 from realm.model.training.masked_span_accuracy import MaskedSpanTally, marginal_predictions, span_correct
 from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
@@ -49,7 +48,6 @@ from realm.model.training.pretrain_step import (
     candidate_embeddings,
     candidates_holding_span,
     encoder_log_probs,
-    holder_retrieval_loss,
     make_pretrain_batch,
     pretrain_loss,
     retrieval_logits,
@@ -67,10 +65,8 @@ EXAMPLE_COLUMNS = ["example_id", "origin_block_id", "forbidden_block_ids", "toke
 # `untrained_eval_examples`) training examples no step has drawn yet.
 HELD_OUT = "held-out"
 NEVER_TRAINED_ON = "never trained on"
-# The optimizer's modules are [query tower, doc tower, encoder BERT, MLM head] (then the
-# question-match vector with `mark_sentence_words`, the copy head with `copy_from_block`), two
-# parameter groups each
-# (`build_optimizer`); these are the decay groups whose rates the log reports.
+# The optimizer's modules are [query tower, doc tower, encoder BERT, MLM head], two parameter
+# groups each (`build_optimizer`); these are the decay groups whose rates the log reports.
 _QUERY_TOWER_GROUP, _ENCODER_GROUP = 0, 4
 
 
@@ -150,17 +146,9 @@ class PretrainTrainer(Trainer):
         self.blocks = BlockStore(
             pa.Table.from_batches(list(fitted_block_batches(blocks_path, config.max_block_wordpieces)))
         )
-        # Every salient span, not only the seeded one, only where the copy-friendly choice needs it.
-        columns = EXAMPLE_COLUMNS + (["spans"] if config.copy_span_max_blocks is not None else [])
         self.examples = salient_examples(
-            read_table(examples_path, PRETRAIN_EXAMPLES, columns=columns).to_pylist(), examples_path
+            read_table(examples_path, PRETRAIN_EXAMPLES, columns=EXAMPLE_COLUMNS).to_pylist(), examples_path
         )
-        if config.copy_span_max_blocks is not None:
-            self.examples = copy_friendly_examples(self.examples, self.blocks, config.copy_span_max_blocks)
-            if not self.examples:
-                raise ValueError(
-                    f"{examples_path}: no salient span is held by 1 to {config.copy_span_max_blocks} other blocks"
-                )
         self.train_rows, self.heldout_rows = heldout_split([e["example_id"] for e in self.examples], config.heldout_examples)
 
         inputs = stage_inputs(
@@ -173,21 +161,12 @@ class PretrainTrainer(Trainer):
         self.encoder: KnowledgeAugmentedEncoder = components["encoder"].to(self.device)
         # The encoder's BERT before its head: the same parameter order as the encoder's own, and
         # the tied decoder (the input embedding) goes with the body at the body's rate.
-        # The question-match vector and the copy head are fresh, so they learn at the head's
-        # rate; unused (without flags, without copying) they get no gradient, so they are left out.
-        fresh = (
-            [self.encoder.cls]
-            + ([self.encoder.question_match] if config.mark_sentence_words else [])
-            + ([self.encoder.copy_head] if config.copy_from_block else [])
-        )
-        modules = [self.retriever.query_embedder, self.retriever.doc_embedder, self.encoder.bert, *fresh]
+        modules = [self.retriever.query_embedder, self.retriever.doc_embedder, self.encoder.bert, self.encoder.cls]
         optimizer = build_optimizer(
             modules,
             config.learning_rate,
-            learning_rates=[config.retriever_learning_rate] * 2
-            + [config.learning_rate]
-            + [config.mlm_head_learning_rate] * len(fresh),
-            start_steps=[self._retriever_start_step] * 2 + [0] * (1 + len(fresh)),
+            learning_rates=[config.retriever_learning_rate] * 2 + [config.learning_rate, config.mlm_head_learning_rate],
+            start_steps=[self._retriever_start_step] * 2 + [0, 0],
         )
         scheduler = build_scheduler(optimizer, config.warmup_steps, config.steps, config.retriever_warmup_steps)
         state = self._restore(optimizer, scheduler, config.steps)
@@ -216,7 +195,7 @@ class PretrainTrainer(Trainer):
         return {
             "query_embedder": towers["query_embedder"],
             "doc_embedder": towers["doc_embedder"],
-            "encoder": build_component(KnowledgeAugmentedEncoder, self.model_config),
+            "encoder": build_encoder(self.model_config),
         }
 
     @property
@@ -262,10 +241,9 @@ class PretrainTrainer(Trainer):
             examples = [{**example, "masked_token_positions": []} for example in examples]
         return make_pretrain_batch(self.tokenizer, examples, self.config.max_query_wordpieces)
 
-    def _forward(self, index: MipsIndex, batch: PretrainBatch, supervise_holders: bool = False) -> _StepOutputs:
+    def _forward(self, index: MipsIndex, batch: PretrainBatch) -> _StepOutputs:
         """The REALM forward: retrieve, rescore candidates with the current θ, read every
-        candidate, marginalise (bf16 autocast where configured, loss in float32); with
-        `supervise_holders`, the loss adds `holder_retrieval_weight` × `holder_retrieval_loss`."""
+        candidate, marginalise (bf16 autocast where configured, loss in float32)."""
         with autocast(self.device, self.model_config.cpu_bf16_autocast):
             query_embeddings, candidates = retrieve(
                 self.retriever, index, batch, self.config.num_candidates, self.device
@@ -276,16 +254,12 @@ class PretrainTrainer(Trainer):
             )  # [batch, k, d]
             logits = retrieval_logits(query_embeddings, doc_embeddings, candidates)  # [batch, k]
             log_p_y_given_z, vocab_log_probs = encoder_log_probs(
-                self.encoder, self.tokenizer, self.blocks, batch, candidates, self.device, self.config.micro_batch,
-                self.config.mark_sentence_words, self.config.copy_from_block,
+                self.encoder, self.tokenizer, self.blocks, batch, candidates, self.device, self.config.micro_batch
             )  # [batch, k], [batch, k, max_masks, vocab]
         log_p_z_given_x = torch.log_softmax(logits.detach(), dim=-1)  # [batch, k]
         holding = candidates_holding_span(self.blocks, batch, candidates)
-        loss = pretrain_loss(logits, log_p_y_given_z)
-        if supervise_holders:
-            loss = loss + self.config.holder_retrieval_weight * holder_retrieval_loss(logits, holding)
         return _StepOutputs(
-            loss=loss,
+            loss=pretrain_loss(logits, log_p_y_given_z),
             log_p_z_given_x=log_p_z_given_x,
             predictions=marginal_predictions(log_p_z_given_x, vocab_log_probs),
             candidates=candidates,
@@ -306,8 +280,8 @@ class PretrainTrainer(Trainer):
         update); retrieval_entropy, the mean entropy (nats) of p(z|x) over the candidates
         (null included, padding has p = 0; at most log k); null_document_probability, the
         mean p(null|x); span_in_candidates, the fraction of the batch whose masked wordpieces
-        occur verbatim in a retrieved block (what copying could reach; of the whole drawn batch
-        with `reachable_spans_only`); examples_read, those the encoder read; num_random_spans;
+        occur verbatim in a retrieved block (what copying could reach); examples_read, those the
+        encoder read; num_random_spans;
         learning_rate, the encoder body's; retriever_learning_rate, the query tower's (0 while
         frozen); index_snapshot_step and index_age."""
         index = self._index_in_use()
@@ -318,14 +292,8 @@ class PretrainTrainer(Trainer):
         retriever_trains = self.step >= self._retriever_start_step
         self.retriever.query_embedder.requires_grad_(retriever_trains)
         self.retriever.freeze_doc_tower = self.config.cached_doc_embeddings or not retriever_trains
-        coverage = None
-        if self.config.reachable_spans_only:
-            reachable = self._reachable_rows(index, rows)
-            coverage = len(reachable) / len(rows)
-            # A batch with none trains on all its examples, so every step updates.
-            rows = reachable if len(reachable) else rows
         batch = self._batch(rows)
-        outputs = self._forward(index, batch, supervise_holders=retriever_trains and self.config.holder_retrieval_weight > 0)
+        outputs = self._forward(index, batch)
         loss = apply_update(outputs.loss, self.optimizer, self.scheduler, "pre-training", self.step + 1)
         self.step += 1
         p_z = outputs.log_p_z_given_x.exp()  # [batch, k]
@@ -336,7 +304,7 @@ class PretrainTrainer(Trainer):
             mlm_accuracy=span_correct(outputs.predictions, batch).float().mean().item(),
             retrieval_entropy=entropy.mean().item(),
             null_document_probability=p_z[:, 0].mean().item(),
-            span_in_candidates=float(outputs.span_in_candidates.mean()) if coverage is None else coverage,
+            span_in_candidates=float(outputs.span_in_candidates.mean()),
             examples_read=len(rows),
             num_random_spans=batch.num_random_spans,
             learning_rate=self.scheduler.get_last_lr()[_ENCODER_GROUP],
@@ -344,14 +312,6 @@ class PretrainTrainer(Trainer):
             index_snapshot_step=self.index_snapshot_step,
             index_age=self.step - self.index_snapshot_step,
         )
-
-    @torch.no_grad()
-    def _reachable_rows(self, index: MipsIndex, rows: np.ndarray) -> np.ndarray:
-        """The `rows` whose masked span occurs verbatim in one of their retrieved blocks."""
-        batch = self._batch(rows)
-        with autocast(self.device, self.model_config.cpu_bf16_autocast):
-            _, candidates = retrieve(self.retriever, index, batch, self.config.num_candidates, self.device)
-        return rows[candidates_holding_span(self.blocks, batch, candidates).any(axis=1)]
 
     def untrained_rows(self, count: int) -> np.ndarray:
         """Up to `count` training examples no step so far has drawn (`example_order.untrained_rows`)."""

@@ -46,14 +46,3 @@ def test_a_second_training_in_one_run_is_refused_while_the_first_writes_its_chec
             finetune_openqa(params.run, finetune)
     assert list(checkpoints.iterdir()) == []
     assert finetune_openqa(params.run, finetune)["checkpoint"].startswith(str(checkpoints / "finetune"))
-
-
-
-def test_the_runs_cloze_questions_are_trained_on_beside_the_real_ones_and_never_validated(run_root):
-    params = tiny_params(run_root)
-    finetune = params.finetune.model_copy(update={"retriever": "bm25", "cloze_questions": 24})
-    result = finetune_openqa(params.run, finetune)
-    real = read_qa_file(finetune.qa_train[0])
-    validation = [e for e in real if is_validation_question(e.question, finetune.validation_fraction)]
-    assert result["validation_questions"] == len(validation) > 0
-    assert result["training_questions"] + result["without_answer_in_candidates"] == len(real) - len(validation) + 24

@@ -9,7 +9,7 @@ STAGES = [
     (IctParams, IctConfig, set()),
     (PretrainParams, PretrainConfig, set()),
     (ReaderWarmupParams, ReaderWarmupConfig, set()),
-    (FinetuneParams, FinetuneConfig, {"qa_train", "retriever", "cloze_questions"}),
+    (FinetuneParams, FinetuneConfig, {"qa_train", "retriever"}),
 ]
 
 
@@ -33,7 +33,7 @@ def test_the_default_run_preset_is_the_flow_default_but_for_what_it_says_it_chan
     assert (default.run, default.ict, default.finetune) == (PipelineParams().run, IctParams(), FinetuneParams())
 
 
-@pytest.mark.parametrize("setting", ["bm25_candidates=20", "retrieve_every_step=true", "retriever_corpus_softmax=true"])
+@pytest.mark.parametrize("setting", ["retriever_corpus_softmax=true"])
 def test_a_dense_only_fine_tuning_setting_with_the_bm25_retriever_is_refused(setting):
     """A BM25 run has no query tower and reads BM25's candidates already: the setting would be
     silently ignored, so it is refused by name instead."""
@@ -53,40 +53,24 @@ def test_one_set_of_settings_serves_a_bm25_row_with_its_dense_only_settings_back
     """What `realm reproduce` gives each row: the dense rows keep every setting, the BM25 row
     has the ones that act through a query tower turned back (and says which), and both are
     validated, so a bad update fails there instead of inside a trainer."""
-    shared = FinetuneParams(bm25_candidates=20, retriever_corpus_softmax=True, epochs=2)
+    shared = FinetuneParams(retriever_corpus_softmax=True, epochs=2)
     dense, dropped = shared.for_retriever("dense", qa_train=["train.jsonl"])
-    assert (dense.retriever, dense.bm25_candidates, dense.retriever_corpus_softmax, dense.epochs) == ("dense", 20, True, 2)
+    assert (dense.retriever, dense.retriever_corpus_softmax, dense.epochs) == ("dense", True, 2)
     assert dense.qa_train == ["train.jsonl"] and dropped == []
     bm25, dropped = shared.for_retriever("bm25", qa_train=["train.jsonl"])
-    assert (bm25.retriever, bm25.bm25_candidates, bm25.retriever_corpus_softmax, bm25.epochs) == ("bm25", 0, None, 2)
-    assert dropped == ["bm25_candidates", "retriever_corpus_softmax"]
+    assert (bm25.retriever, bm25.retriever_corpus_softmax, bm25.epochs) == ("bm25", None, 2)
+    assert dropped == ["retriever_corpus_softmax"]
     assert FinetuneParams().for_retriever("bm25")[1] == []
     with pytest.raises(ValueError, match="num_read <= num_candidates"):
         shared.for_retriever("dense", num_candidates=3)
 
 
-def test_both_dense_only_settings_with_the_bm25_retriever_are_named_in_one_line():
-    with pytest.raises(SystemExit, match="^--param: bm25_candidates and retrieve_every_step need retriever 'dense'; with "
-                       "'bm25' they would do nothing$"):
-        with_overrides(FinetuneParams(), ["retriever=bm25", "bm25_candidates=20", "retrieve_every_step=true"])
-    with pytest.raises(SystemExit, match="^--param: bm25_candidates, retrieve_every_step and retriever_corpus_softmax need "):
-        with_overrides(
-            FinetuneParams(), ["retriever=bm25", "bm25_candidates=20", "retrieve_every_step=true", "retriever_corpus_softmax=true"]
-        )
-
-
 def test_a_warm_up_and_a_fine_tuning_that_build_different_readers_are_refused_before_any_work():
-    with pytest.raises(ValueError, match="warmup and finetune set block_relevance differently; fine-tuning starts from"):
-        PipelineParams(warmup=ReaderWarmupParams(questions=100), finetune=FinetuneParams(block_relevance=True))
-    with pytest.raises(ValueError, match="set answer_pointer and block_relevance differently"):
-        PipelineParams(warmup=ReaderWarmupParams(questions=100, answer_pointer=True, block_relevance=True))
-    assert PipelineParams(warmup=ReaderWarmupParams(questions=0), finetune=FinetuneParams(block_relevance=True))
-    both = PipelineParams(warmup=ReaderWarmupParams(questions=100, block_relevance=True), finetune=FinetuneParams(block_relevance=True))
-    assert both.finetune.block_relevance and both.warmup.block_relevance
-    with pytest.raises(ValueError, match="warmup and finetune set span_features differently"):
+    with pytest.raises(ValueError, match="warmup and finetune set span_features differently; fine-tuning starts from"):
         PipelineParams(warmup=ReaderWarmupParams(questions=100), finetune=FinetuneParams(span_features=False))
-    with pytest.raises(ValueError, match="warmup and finetune set answer_type differently"):
-        PipelineParams(warmup=ReaderWarmupParams(questions=100, answer_type=True))
+    assert PipelineParams(warmup=ReaderWarmupParams(questions=0), finetune=FinetuneParams(span_features=False))
+    both = PipelineParams(warmup=ReaderWarmupParams(questions=100, span_features=False), finetune=FinetuneParams(span_features=False))
+    assert not both.finetune.span_features and not both.warmup.span_features
 
 
 @pytest.mark.parametrize(
@@ -102,9 +86,3 @@ def test_a_fine_tuning_setting_no_step_could_train_with_is_refused_by_the_form(u
     with pytest.raises(ValueError, match=message):
         FinetuneParams(**update)
 
-
-def test_an_encoder_share_fine_tuning_cannot_act_on_after_a_warm_up_is_refused_before_any_work():
-    with pytest.raises(ValueError, match="finetune.encoder_share acts only on a reader started from a pre-trained encoder"):
-        PipelineParams(warmup=ReaderWarmupParams(questions=100), finetune=FinetuneParams(encoder_share=0.5))
-    assert PipelineParams(warmup=ReaderWarmupParams(questions=0), finetune=FinetuneParams(encoder_share=0.5))
-    assert PipelineParams(warmup=ReaderWarmupParams(questions=100, encoder_share=0.5)).warmup.encoder_share == 0.5

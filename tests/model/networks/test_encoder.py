@@ -5,7 +5,6 @@ import torch
 
 from realm.model.networks.encoder import build_encoder
 from realm.model.networks.inputs import joint_sequence, pad_batch
-from realm.model.networks.question_match import question_match_flags
 
 
 def test_masked_log_likelihood_equals_manual_sum_over_full_logits(tiny_config, tokenizer):
@@ -43,33 +42,33 @@ def _masked_pairs(tokenizer):
     return query, [(masked, tokenizer.encode("the river seine flows through paris to the sea")), (masked, [])]
 
 
-def test_flagged_words_get_the_question_match_vector_and_nothing_else_changes(tiny_config, tokenizer):
+def test_an_encoder_saved_with_the_removed_modules_loads_without_them_and_reads_the_same(tiny_config, tokenizer, tmp_path):
+    """Checkpoints written while the encoder held a question-match vector and a copy head
+    (levers since removed) still load: their weights are left out, the rest is as saved."""
     encoder = build_encoder(tiny_config).eval()
-    query, pairs = _masked_pairs(tokenizer)
-    joint = pad_batch([joint_sequence(tokenizer, q, z) for q, z in pairs], tokenizer.pad_id)
-    positions, slot_mask = torch.tensor([[2], [2]]), torch.tensor([[True], [True]])
-    targets = torch.tensor([[query[1]], [query[1]]])
-    with torch.no_grad():
-        plain = encoder.masked_log_likelihood(joint, positions, targets, slot_mask)
-        joint.question_match = question_match_flags(tokenizer, joint, pairs)
-        flagged = joint.input_ids[0][joint.question_match[0].bool()].tolist()
-        assert tokenizer.convert_ids_to_tokens(flagged) == ["flows", "through", "paris"]
-        assert not joint.question_match[1].any()
-        # Zero, as it starts and as a checkpoint without it loads: the flags change nothing.
-        torch.testing.assert_close(encoder.masked_log_likelihood(joint, positions, targets, slot_mask), plain)
-        # Not a constant: the embeddings' LayerNorm takes any constant shift away.
-        encoder.question_match.weight[1] = torch.linspace(-1, 1, encoder.config.hidden_size)
-        marked = encoder.masked_log_likelihood(joint, positions, targets, slot_mask)
-    assert not torch.allclose(marked[0], plain[0])
-    torch.testing.assert_close(marked[1], plain[1])  # the null document has no words to flag
-
-
-def test_an_encoder_saved_before_the_question_match_vector_loads_it_as_zero(tiny_config, tmp_path):
-    encoder = build_encoder(tiny_config)
     encoder.save_pretrained(tmp_path)
     weights = safetensors.torch.load_file(tmp_path / "model.safetensors")
-    del weights["question_match.weight"]
+    hidden = encoder.config.hidden_size
+    weights["question_match.weight"] = torch.zeros(2, hidden)
+    for name, rows in (("query", hidden), ("key", hidden), ("gate", 1)):
+        weights[f"copy_head.{name}.weight"], weights[f"copy_head.{name}.bias"] = torch.ones(rows, hidden), torch.ones(rows)
     safetensors.torch.save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
-    loaded = build_encoder(dataclasses.replace(tiny_config, model_dir=str(tmp_path)))
-    assert not loaded.question_match.weight.any()
-    torch.testing.assert_close(loaded.bert.state_dict(), encoder.bert.state_dict())
+    loaded = build_encoder(dataclasses.replace(tiny_config, model_dir=str(tmp_path))).eval()
+    torch.testing.assert_close(loaded.state_dict(), encoder.state_dict())
+    query, pairs = _masked_pairs(tokenizer)
+    joint = pad_batch([joint_sequence(tokenizer, q, z) for q, z in pairs], tokenizer.pad_id)
+    positions, slot_mask, targets = torch.tensor([[2], [2]]), torch.tensor([[True], [True]]), torch.tensor([[query[1]]] * 2)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            loaded.masked_log_likelihood(joint, positions, targets, slot_mask),
+            encoder.masked_log_likelihood(joint, positions, targets, slot_mask),
+        )
+
+
+def test_a_seeded_encoder_leaves_the_generator_where_the_encoder_with_the_removed_modules_did(tiny_config):
+    """The next draws after a seeded random-init build, as realm drew them while the encoder
+    still built a question-match vector and a copy head: later draws of a seeded run (dropout)
+    are unchanged."""
+    torch.manual_seed(0)
+    build_encoder(tiny_config)
+    assert torch.rand(2).tolist() == [0.26354390382766724, 0.12684398889541626]

@@ -2,10 +2,8 @@ import torch
 
 from realm.model.networks.inputs import (
     PAD_MULTIPLE,
-    joint_sequence,
     pad_batch,
     padded_length,
-    question_mask,
     same_padded_length_groups,
 )
 
@@ -33,11 +31,3 @@ def test_rows_cut_or_padded_further_keep_their_tokens_and_mask_the_rest():
     assert padded.attention_mask.tolist() == [[1, 1, 1, 0, 0]]
     assert padded.token_type_ids.tolist() == [[0, 0, 1, 0, 0]]
 
-
-def test_the_question_mask_holds_the_question_wordpieces_and_nothing_else(tokenizer):
-    """Questions of 3 and 1 wordpieces, one read with a block and one with the null document."""
-    joint = pad_batch([joint_sequence(tokenizer, [5, 6, 7], [8, 9]), joint_sequence(tokenizer, [5], [])], tokenizer.pad_id)
-    assert question_mask(joint).tolist() == [
-        [False, True, True, True, False, False, False, False],
-        [False, True, False, False, False, False, False, False],
-    ]

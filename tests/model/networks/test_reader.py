@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from realm.model.networks.entity_types import ENTITY_TYPE_IDS
-from realm.model.networks.inputs import hidden_states_with_added_embeddings, padded_length
+from realm.model.networks.inputs import padded_length
 from realm.model.networks.marginal import LOG_ZERO
 from realm.model.networks.reader import (
     best_span,
@@ -257,35 +257,6 @@ def _plain_and_with(tiny_config, module: str):
     return plain, extended, sorted(missing)
 
 
-def test_block_relevance_starts_at_zero_and_shifts_every_span_of_a_block_by_its_cls_score(tiny_config, tokenizer):
-    """A reader built with `block_relevance` reads as one without it (same weights otherwise)
-    until its score moves; it is a fresh module with a gradient from the joint loss; once
-    non-zero, each row's valid spans all move by w · h_[CLS], and invalid spans stay masked."""
-    plain, scored, missing = _plain_and_with(tiny_config, "block_relevance")
-    assert missing == ["block_relevance.weight"]
-    bodies, joint, spans = _ada_and_the_nile(tokenizer)
-    logits = scored.span_logits(joint, spans)
-    assert torch.equal(logits.detach(), plain.span_logits(joint, spans).detach())
-    assert scored.block_relevance in scored.fresh_modules()
-
-    _joint_loss_backward(tokenizer, logits, spans, bodies[0])
-    assert scored.block_relevance.weight.grad.abs().sum() > 0
-
-    with torch.no_grad():
-        scored.block_relevance.weight.normal_()
-        changed = scored.span_logits(joint, spans)
-        cls = hidden_states_with_added_embeddings(
-            scored.bert, joint, scored.question_match(joint.question_match), scored.entity_type(joint.entity_types)
-        )[:, 0]
-    expected = cls @ scored.block_relevance.weight[0]  # [2]: one score per block
-    valid = spans.valid
-    for row in range(2):
-        shift = changed[row][valid[row]] - logits[row][valid[row]].detach()
-        assert torch.allclose(shift, expected[row].expand_as(shift), atol=1e-4)
-    assert (changed[~valid] == LOG_ZERO).all()
-    assert not torch.isclose(expected[0], expected[1])
-
-
 def test_span_features_start_at_zero_learn_from_the_joint_loss_and_then_move_the_spans(tiny_config, tokenizer):
     """A reader built with `span_features` reads as one without it (same weights otherwise)
     until its vectors move; they are fresh modules with a gradient from the joint loss, and
@@ -310,39 +281,6 @@ def test_span_features_start_at_zero_learn_from_the_joint_loss_and_then_move_the
     assert (changed[~valid] == LOG_ZERO).all()
 
 
-def test_the_answer_type_starts_at_zero_learns_from_the_joint_loss_and_then_moves_the_entity_spans(tiny_config, tokenizer):
-    """A reader built with `answer_type` reads as one without it (same weights otherwise) until
-    its map moves; it is a fresh module with a gradient from the joint loss, and once non-zero
-    it moves the whole-entity spans of one type by one score a block and the other spans by
-    another, leaving invalid spans masked."""
-    plain, typed, missing = _plain_and_with(tiny_config, "answer_type")
-    assert missing == ["answer_type.score.weight"]
-    question = tokenizer.encode("who wrote the first algorithm")
-    bodies = [tokenizer.encode(t) for t in ("ada lovelace wrote it for the engine", "the nile")]
-    person = len(tokenizer.encode("ada lovelace"))
-    types = [[ENTITY_TYPE_IDS["PERSON"]] * person + [0] * (len(bodies[0]) - person), [0] * len(bodies[1])]
-    joint, spans = reader_inputs(tokenizer, [(question, body) for body in bodies], types)
-    logits = typed.span_logits(joint, spans)
-    assert torch.equal(logits.detach(), plain.span_logits(joint, spans).detach())
-    assert typed.answer_type in typed.fresh_modules()
-
-    _joint_loss_backward(tokenizer, logits, spans, bodies[0])
-    assert typed.answer_type.score.weight.grad[[0, ENTITY_TYPE_IDS["PERSON"]]].abs().sum(dim=1).gt(0).all()
-
-    with torch.no_grad():
-        typed.answer_type.score.weight.normal_()
-        changed = typed.span_logits(joint, spans)
-    shift = changed - logits.detach()
-    whole_person = spans.gold_mask([[(0, person - 1)], []])
-    valid = spans.valid
-    assert int(whole_person.sum()) == 1
-    for row, person_spans in enumerate(whole_person):  # the nile's block has no entity: one shift for all
-        others = shift[row][valid[row] & ~person_spans]
-        assert torch.allclose(others, others[0].expand_as(others), atol=1e-5)
-    assert not torch.isclose(shift[0][valid[0] & ~whole_person[0]][0], shift[whole_person][0])
-    assert (changed[~valid] == LOG_ZERO).all()
-
-
 def test_a_reader_with_span_features_refuses_spans_wider_than_its_width_table(tiny_config, tokenizer):
     featured = build_reader(dataclasses.replace(tiny_config, span_features=True, max_span_wordpieces=3)).eval()
     question, body = tokenizer.encode("who wrote it"), tokenizer.encode("ada lovelace wrote it")
@@ -351,10 +289,7 @@ def test_a_reader_with_span_features_refuses_spans_wider_than_its_width_table(ti
         featured.span_logits(joint, spans)
 
 
-@pytest.mark.parametrize(
-    "modules",
-    [{"block_relevance": True}, {"span_features": True}, {"answer_type": True}, {"block_relevance": True, "span_features": True}],
-)
+@pytest.mark.parametrize("modules", [{"span_features": True}])
 def test_optional_modules_draw_nothing_so_a_seeded_reader_and_what_follows_it_start_the_same(modules, tiny_config):
     """A seeded run with an optional module builds every other weight, and draws whatever it
     draws next, exactly as one without it; the module itself is all zeros."""

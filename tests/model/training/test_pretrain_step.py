@@ -1,23 +1,19 @@
 import math
 
-import numpy as np
 import pytest
 import torch
 
 from realm.model.index.block_store import BlockStore
 from realm.model.index.embed_corpus import embed_window
 from realm.model.networks.encoder import build_encoder
-from realm.model.networks.marginal import LOG_ZERO
 from realm.model.networks.inputs import block_sequence, joint_sequence, pad_batch
 from realm.model.index.mips import MipsIndex
-from realm.model.networks.question_match import question_match_flags, question_stems, question_word_matches
 from realm.model.training.pretrain_step import (
     candidate_embeddings,
     candidates_holding_span,
     encoder_log_likelihood,
     make_pretrain_batch,
     mask_query,
-    holder_retrieval_loss,
     pretrain_loss,
     random_span,
     retrieval_logits,
@@ -48,15 +44,11 @@ def setup(tiny_config, tokenizer, blocks_table):
     return retriever, encoder, index, BlockStore(blocks_table), batch
 
 
-def _scored_alone(
-    retriever, encoder, tokenizer, batch, title, body, mark_words=False
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _scored_alone(retriever, encoder, tokenizer, batch, title, body) -> tuple[torch.Tensor, torch.Tensor]:
     """(Embed_doc(z) [d], log p(y|z,x) scalar) of one block read on its own, no batching or
-    padding, for the batch's first example (with the sentence's words flagged: `mark_words`)."""
+    padding, for the batch's first example."""
     doc = retriever.embed_passages(pad_batch([block_sequence(tokenizer, title, body)], tokenizer.pad_id))[0]
     joint = pad_batch([joint_sequence(tokenizer, batch.masked_query_ids[0], body)], tokenizer.pad_id)
-    if mark_words:
-        joint.question_match = question_match_flags(tokenizer, joint, [(batch.masked_query_ids[0], body)])
     return doc, encoder.masked_log_likelihood(joint, batch.mlm_positions, batch.mlm_targets, batch.mlm_mask)[0]
 
 
@@ -111,30 +103,6 @@ def test_any_micro_batch_size_gives_each_candidate_its_own_scores(setup, tokeniz
     assert len({len(body) for body in bodies}) > 2
     torch.testing.assert_close(doc_embeddings[0, slots], alone_docs, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(log_p[0, slots], alone_log_p, atol=1e-5, rtol=1e-4)
-
-
-def test_marked_sentence_words_reach_each_candidate_as_when_it_is_read_alone(setup, tokenizer):
-    """With `mark_sentence_words` each candidate's body carries the masked sentence's word flags
-    through the micro-batches; the null document and blocks sharing no word read as unmarked."""
-    retriever, encoder, index, blocks, batch = setup
-    with torch.no_grad():
-        encoder.question_match.weight[1] = torch.linspace(-1, 1, encoder.config.hidden_size)
-        _, candidates = retrieve(retriever, index, batch, num_candidates=8, device=CPU)
-        marked = encoder_log_likelihood(
-            encoder, tokenizer, blocks, batch, candidates, CPU, micro_batch=3, mark_sentence_words=True
-        )
-        plain = encoder_log_likelihood(encoder, tokenizer, blocks, batch, candidates, CPU, micro_batch=3)
-        slots = torch.from_numpy(candidates.mask[0]).nonzero().flatten().tolist()
-        bodies = [[] if slot == 0 else blocks.body_ids(int(candidates.block_ids[0, slot])) for slot in slots]
-        alone = torch.stack(
-            [_scored_alone(retriever, encoder, tokenizer, batch, [], body, mark_words=True)[1] for body in bodies]
-        )
-        asked = question_stems(tokenizer, batch.masked_query_ids[0])
-        shares_a_word = torch.tensor([any(question_word_matches(tokenizer, asked, body)) for body in bodies])
-    torch.testing.assert_close(marked[0, slots], alone, atol=1e-5, rtol=1e-4)
-    assert 0 < shares_a_word.sum() < len(slots)
-    # The same micro-batches either way, so a candidate without a flag reads the same bits.
-    assert (marked[0, slots] != plain[0, slots]).tolist() == shares_a_word.tolist()
 
 
 def test_gradients_reach_both_towers_and_the_encoder(setup, tokenizer):
@@ -199,15 +167,3 @@ def test_span_in_candidates_finds_the_masked_wordpieces_verbatim_in_a_real_candi
         found[span] = [blocks.title(int(b)) for b in candidates.block_ids[0][holding]]
     assert found == {("river",): ["Nile"], ("river", "in"): ["Nile"], ("in", "france"): [], ("paris",): []}
 
-
-def test_the_holder_loss_is_minus_log_the_p_z_of_the_blocks_holding_the_span():
-    # p(z|x) = 1/4, 2/4, 1/4 and a padding slot; the 2nd and 3rd hold the span: -log 3/4.
-    # The second example has no holder and adds 0 to the batch's mean.
-    logits = torch.tensor([[0.0, math.log(2), 0.0, LOG_ZERO], [1.0, 2.0, 3.0, LOG_ZERO]])
-    holding = np.array([[False, True, True, False], [False] * 4])
-    assert holder_retrieval_loss(logits, holding).item() == pytest.approx(-math.log(0.75) / 2)
-    logits.requires_grad_(True)
-    holder_retrieval_loss(logits, holding).backward()
-    # the gradient raises the holders' scores against the rest, and leaves the holderless example alone
-    assert logits.grad[0, 1] < 0 and logits.grad[0, 2] < 0 and logits.grad[0, 0] > 0
-    assert torch.count_nonzero(logits.grad[1]) == 0

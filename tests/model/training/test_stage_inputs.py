@@ -4,7 +4,7 @@ import pytest
 
 from realm.model.publish import MANIFEST_FILE
 from realm.model.training.stage_inputs import changed_inputs, content_digest, json_digest, stage_inputs
-from realm.model.training.stage_settings import IctConfig
+from realm.model.training.stage_settings import IctConfig, PretrainConfig
 from realm.schemas.rows_digest import ROWS_KEY, rows_digest, rows_entry
 
 
@@ -56,3 +56,12 @@ def test_a_setting_added_since_counts_as_its_default_where_the_record_lacks_it(t
     changed = stage_inputs(IctConfig(learning_rate=2 * learning_rate), 0, {})
     assert changed_inputs(recorded, changed, IctConfig) == [f"learning_rate {learning_rate} -> {2 * learning_rate}"]
     assert changed_inputs(recorded, stage_inputs(IctConfig(), 0, {})) == [f"learning_rate None -> {learning_rate}"]
+
+
+def test_a_removed_setting_recorded_at_its_old_default_is_no_change_and_any_other_value_is():
+    """A stage an older realm checkpointed with a removed lever off resumes; one it trained with the lever on does not."""
+    current = stage_inputs(PretrainConfig(), 0, {})
+    off = {**current, "settings": {**current["settings"], "copy_from_block": False}}
+    assert changed_inputs(off, current, PretrainConfig) == []
+    on = {**current, "settings": {**current["settings"], "copy_from_block": True}}
+    assert changed_inputs(on, current, PretrainConfig) == ["copy_from_block True -> None"]

@@ -13,7 +13,7 @@ from realm.model.qa.answering import Answerer
 from realm.model.index.block_store import BlockStore
 from realm.model.index.bm25 import Bm25Index
 from realm.model.networks.checkpoint import (
-    WEIGHT_AVERAGE_EXTRA, best_checkpoint, checkpoint_extra, checkpoint_inputs, load_components, save_checkpoint,
+    WEIGHT_AVERAGE_EXTRA, best_checkpoint, checkpoint_extra, load_components, save_checkpoint,
 )
 from realm.model.networks.config import build_component
 from realm.model.networks.encoder import build_encoder
@@ -400,8 +400,6 @@ def test_a_fresh_run_starts_from_the_pretrained_query_tower_and_encoder(qa_corpu
         "doc_embedder": build_component(Embedder, tiny_config),
         "encoder": build_encoder(tiny_config),
     }
-    with torch.no_grad():  # as pre-training with `mark_sentence_words` leaves it
-        pretrained["encoder"].question_match.weight[1] = torch.linspace(-1, 1, tiny_config.bert_config().hidden_size)
     init = save_checkpoint(tmp_path / "pretrain", 100, pretrained)
     result, _ = _train(
         qa_corpus, tmp_path / "finetune", tiny_config, CONFIG.model_copy(update={"epochs": 0}), init_checkpoint=str(init)
@@ -412,7 +410,6 @@ def test_a_fresh_run_starts_from_the_pretrained_query_tower_and_encoder(qa_corpu
         assert torch.equal(started["query_embedder"].state_dict()[key], value), key
     for key, value in pretrained["encoder"].bert.state_dict().items():
         assert torch.equal(started["reader"].bert.state_dict()[key], value), key
-    assert torch.equal(started["reader"].question_match.weight, pretrained["encoder"].question_match.weight)
 
 
 def test_the_checkpoint_fine_tuning_started_from_outlives_pretraining_retention(qa_corpus, tmp_path, tiny_config):
@@ -460,39 +457,6 @@ def test_reader_init_gives_the_ablations_their_mixed_starting_points(qa_corpus, 
         assert not all(torch.equal(reader[k], v) for k, v in realm["encoder"].bert.state_dict().items()), name
 
 
-def test_encoder_share_starts_the_reader_on_the_line_from_the_warm_start_to_the_encoder(qa_corpus, tmp_path, tiny_config):
-    pretrained = {"query_embedder": build_component(Embedder, tiny_config), "encoder": build_encoder(tiny_config)}
-    with torch.no_grad():
-        pretrained["encoder"].question_match.weight[1] = torch.linspace(-1, 1, tiny_config.bert_config().hidden_size)
-    init = str(save_checkpoint(tmp_path / "pretrain", 100, pretrained))
-    readers = {}
-    for share in (0.0, 0.25, 1.0):
-        config = CONFIG.model_copy(update={"epochs": 0, "encoder_share": share})
-        result, _ = _train(qa_corpus, tmp_path / f"share-{share}", tiny_config, config, init_checkpoint=init)
-        readers[share] = load_components(result["checkpoint"])["reader"].state_dict()
-    warm, encoder, quarter = readers[0.0], readers[1.0], readers[0.25]
-    assert not torch.equal(warm["bert.embeddings.word_embeddings.weight"], encoder["bert.embeddings.word_embeddings.weight"])
-    for key, value in pretrained["encoder"].bert.state_dict().items():
-        assert torch.equal(encoder[f"bert.{key}"], value), key
-        assert torch.allclose(quarter[f"bert.{key}"], 0.75 * warm[f"bert.{key}"] + 0.25 * value, atol=1e-6), key
-    assert not warm["question_match.weight"].any()  # a fresh reader's vector is zero
-    assert torch.allclose(quarter["question_match.weight"], 0.25 * pretrained["encoder"].question_match.weight)
-
-
-def test_encoder_share_does_nothing_and_is_recorded_as_one_where_the_reader_starts_from_no_encoder(
-    qa_corpus, tmp_path, tiny_config, caplog
-):
-    warmed = _warmed_up(tiny_config)
-    init = str(save_checkpoint(tmp_path / "warmup", 7, warmed))
-    config = CONFIG.model_copy(update={"epochs": 0, "encoder_share": 0.5})
-    with caplog.at_level(logging.WARNING, logger="realm.model.training.train_finetune"):
-        result, _ = _train(qa_corpus, tmp_path / "finetune", tiny_config, config, init_checkpoint=init)
-    assert "encoder_share 0.5 does nothing: the reader starts from no pre-trained encoder" in caplog.text
-    for key, value in warmed["reader"].state_dict().items():  # the warm-up's reader, whole
-        assert torch.equal(load_components(result["checkpoint"])["reader"].state_dict()[key], value), key
-    assert checkpoint_inputs(result["checkpoint"])["settings"]["encoder_share"] == 1.0
-
-
 def test_bm25_fine_tuning_trains_the_reader_alone_and_checkpoints_only_it(qa_corpus, tmp_path, tiny_config):
     bm25_path = str(Bm25Index.from_blocks(qa_corpus[0]).save(tmp_path / "bm25"))
     config = CONFIG.model_copy(update={"epochs": 12, "batch_size": 4, "checkpoint_every": 12, "num_read": 3, "num_candidates": 3})
@@ -507,26 +471,6 @@ def test_bm25_fine_tuning_trains_the_reader_alone_and_checkpoints_only_it(qa_cor
         _train(
             (qa_corpus[0], bm25_path), tmp_path / "asked", tiny_config, config.model_copy(update={"retriever_corpus_softmax": True})
         )
-
-
-def test_retrieving_every_step_changes_the_retriever_loss_and_resumes_exactly(qa_corpus, tmp_path, tiny_config):
-    """Two cached candidates per question: once the tower has moved, its new top blocks join
-    the softmax (the losses part from the cached-only run's); a crash after the step-2
-    checkpoint and a rerun give the uninterrupted run's later steps. The early update over the
-    candidates, not the corpus, so that the candidates reach the retriever loss."""
-    # The untrained tower's seeded draw puts an answer among some questions' two candidates.
-    base = CONFIG.model_copy(update={
-        "epochs": 4, "batch_size": 1, "num_read": 2, "num_candidates": 2, "retriever_corpus_softmax": False,
-    })
-    fresh_config = base.model_copy(update={"retrieve_every_step": True})
-    _, cached_log = _train(qa_corpus, tmp_path / "cached", tiny_config, base)
-    straight, straight_log = _train(qa_corpus, tmp_path / "fresh", tiny_config, fresh_config)
-    assert straight_log[0]["retriever_loss"] == pytest.approx(cached_log[0]["retriever_loss"], abs=1e-6)  # same tower
-    assert [m["retriever_loss"] for m in straight_log] != [m["retriever_loss"] for m in cached_log]
-    shutil.rmtree(straight["checkpoint"])
-    _, resumed_log = _train(qa_corpus, tmp_path / "fresh", tiny_config, fresh_config)
-    assert [m["step"] for m in resumed_log] == [m["step"] for m in straight_log[2:]]
-    assert [m["loss"] for m in resumed_log] == [m["loss"] for m in straight_log[2:]]
 
 
 def test_a_warmed_up_reader_starts_fine_tuning_whole_span_head_included(qa_corpus, tmp_path, tiny_config):
@@ -549,26 +493,6 @@ def test_reader_dropout_sets_the_readers_hidden_dropout_alone_and_is_saved_with_
     assert saved["reader"].config.attention_probs_dropout_prob == 0.05
     assert saved["query_embedder"].config.hidden_dropout_prob == 0.05
     assert {m.p for m in saved["reader"].bert.encoder.modules() if isinstance(m, torch.nn.Dropout)} == {0.3, 0.05}
-
-
-def test_bm25_candidates_add_the_questions_the_query_tower_misses_and_a_resume_keeps_them(
-    qa_corpus, tmp_path, tiny_config, distinct_vectors_index
-):
-    """Over random block vectors the starting tower's single candidate rarely holds the answer;
-    with BM25's top 2 joined, every answerable question trains, and the joined candidates are
-    what the checkpoint records and a resumed stage reads."""
-    index = (qa_corpus[0], distinct_vectors_index)
-    config = CONFIG.model_copy(update={"num_read": 1, "num_candidates": 1, "checkpoint_every": 1})
-    dense_only, _ = _train(index, tmp_path / "dense", tiny_config, config)
-    config_joined = config.model_copy(update={"bm25_candidates": 2})
-    joined, _ = _train(index, tmp_path / "joined", tiny_config, config_joined)
-    assert dense_only["training_questions"] < 4
-    assert joined["training_questions"] == 4
-    recorded = checkpoint_extra(joined["checkpoint"])["candidates"]["block_ids"]
-    assert recorded.shape == (len(EXAMPLES), 3)
-    resumed = FinetuneTrainer(EXAMPLES, *index, None, str(tmp_path / "joined"), tiny_config, config_joined, CPU)
-    assert resumed.step == joined["step"]
-    assert np.array_equal(resumed.candidates.block_ids, recorded.numpy())
 
 
 def test_averaged_weights_are_what_is_validated_and_published_and_a_resume_averages_on_exactly(
@@ -623,32 +547,7 @@ def test_averaging_without_validation_questions_publishes_the_newest_average(qa_
     assert not torch.equal(published["reader.span_output.weight"], _weights(tmp_path / "3")["reader.span_output.weight"])
 
 
-def test_an_answer_pointer_starts_from_the_pretrained_copy_head_trains_and_answers_through_its_slot(
-    qa_corpus, tmp_path, tiny_config
-):
-    encoder = build_encoder(tiny_config)
-    with torch.no_grad():  # as pre-training with `copy_from_block` leaves it
-        for parameter in encoder.copy_head.parameters():
-            parameter.normal_(std=0.3)
-    init = save_checkpoint(tmp_path / "pretrain", 100, {"query_embedder": build_component(Embedder, tiny_config), "encoder": encoder})
-    pointing = CONFIG.model_copy(update={"answer_pointer": True})
-    started, _ = _train(qa_corpus, tmp_path / "start", tiny_config, pointing.model_copy(update={"epochs": 0}), init_checkpoint=str(init))
-    reader = load_components(started["checkpoint"])["reader"]
-    assert reader.config.answer_pointer and reader.reads_answer_slot  # saved with it, so answering reads the slot
-    pointer, copy = reader.answer_pointer.state_dict(), encoder.copy_head.state_dict()
-    for end in ("start", "end"):
-        for part in ("query", "key"):
-            for tensor in ("weight", "bias"):
-                assert torch.equal(pointer[f"{end}_{part}.{tensor}"], copy[f"{part}.{tensor}"])
-
-    trained, logged = _train(qa_corpus, tmp_path / "trained", tiny_config, pointing.model_copy(update={"epochs": 2}), init_checkpoint=str(init))
-    assert all(math.isfinite(m["reader_loss"]) for m in logged)
-    moved = load_components(trained["checkpoint"])["reader"].answer_pointer.state_dict()
-    assert all(not torch.equal(moved[key], pointer[key]) for key in pointer)
-    _answers_from_its_blocks(trained["checkpoint"], qa_corpus, tiny_config)
-
-
-@pytest.mark.parametrize("setting", ["block_relevance", "span_features", "answer_type"])
+@pytest.mark.parametrize("setting", ["span_features"])
 def test_reader_modules_train_from_zero_and_answer_from_their_checkpoint(setting, qa_corpus, tmp_path, tiny_config):
     trained, logged = _train(qa_corpus, tmp_path / "trained", tiny_config, CONFIG.model_copy(update={setting: True, "epochs": 2}))
     assert all(math.isfinite(m["reader_loss"]) for m in logged)

@@ -1,5 +1,4 @@
 import logging
-import math
 import shutil
 import threading
 from pathlib import Path
@@ -19,7 +18,6 @@ from realm.model.networks.retriever import Embedder
 from realm.model.training.stage_settings import PretrainConfig
 from realm.model.training.masked_span_accuracy import marginal_predictions, span_correct
 from realm.model.training.pretrain_index import IndexRoots, attach_index
-from realm.model.training.example_order import batch_rows
 from realm.model.training.train_pretrain import HELD_OUT, NEVER_TRAINED_ON, PretrainHooks, PretrainTrainer
 from realm.schemas import BLOCKS, PRETRAIN_EXAMPLES, read_table, write_table
 from tests.model.corpus_fixture import CORPUS
@@ -122,27 +120,6 @@ def test_no_example_with_a_salient_span_is_refused_naming_the_file(tmp_path, tok
         PretrainTrainer(blocks_path, examples_path, str(tmp_path / "checkpoints"), tiny_config, CONFIG, device=CPU)
 
 
-def test_copy_friendly_spans_keep_the_examples_whose_span_few_other_blocks_hold(corpus, tmp_path, tiny_config):
-    blocks_path, examples_path = corpus
-    rows = read_table(examples_path, PRETRAIN_EXAMPLES).to_pylist()
-    for row in rows:  # the masked title as the example's one salient span
-        positions = row["masked_token_positions"]
-        if positions:
-            row["spans"] = [{"start": 0, "end": 0, "token_start": positions[0], "token_end": positions[-1] + 1,
-                             "label": "X", "source": "ner"}]
-    examples_path = write_table(str(tmp_path / "examples" / "part-0.parquet"), rows, PRETRAIN_EXAMPLES)
-    config = CONFIG.model_copy(update=dict(copy_span_max_blocks=1))
-    trainer = PretrainTrainer(blocks_path, examples_path, str(tmp_path / "checkpoints"), tiny_config, config, device=CPU)
-    # "Paris" and "Seine" are each in both of their blocks; every other title in its own alone
-    # (no block is forbidden: the examples' origins are outside the corpus).
-    # Example i and 8 + i are sentence i (the fixture's two copies); Paris and Seine are 0 and 1.
-    assert sorted(example["example_id"] for example in trainer.examples) == [*range(2, 8), *range(10, 16)]
-    assert len(trainer.train_rows) + len(trainer.heldout_rows) == 12
-
-    with pytest.raises(ValueError, match=f"{corpus[1]}: no salient span is held by 1 to 1 other blocks"):
-        PretrainTrainer(blocks_path, corpus[1], str(tmp_path / "none"), tiny_config, config, device=CPU)
-
-
 def test_the_fresh_mlm_head_learns_at_its_own_rate(corpus, tmp_path, tiny_config):
     config = CONFIG.model_copy(update=dict(learning_rate=1e-4, mlm_head_learning_rate=2e-3))
     trainer = _trainer(corpus, tmp_path, tiny_config, config)
@@ -154,61 +131,6 @@ def test_the_fresh_mlm_head_learns_at_its_own_rate(corpus, tmp_path, tiny_config
     assert head.decoder.weight is trainer.encoder.bert.embeddings.word_embeddings.weight
     assert rate_of[id(head.decoder.weight)] == 1e-4
     assert {rate_of[id(p)] for p in trainer.encoder.bert.encoder.parameters()} == {1e-4}
-
-
-@pytest.mark.parametrize("mark", [False, True])
-def test_the_question_match_vector_learns_at_the_head_s_rate_only_where_words_are_marked(
-    corpus, tmp_path, tiny_config, mark
-):
-    config = CONFIG.model_copy(update=dict(learning_rate=1e-4, mlm_head_learning_rate=2e-3, mark_sentence_words=mark))
-    trainer = _trainer(corpus, tmp_path, tiny_config, config)
-    rate_of = {id(p): group["initial_lr"] for group in trainer.optimizer.param_groups for p in group["params"]}
-    vector = trainer.encoder.question_match.weight
-    assert rate_of.get(id(vector)) == (2e-3 if mark else None)
-    _run(trainer, 2)
-    assert bool(vector[1].any()) is mark and not vector[0].any()  # row 0, unmarked: nothing added, ever
-
-
-@pytest.mark.parametrize("copy", [False, True])
-def test_the_copy_head_learns_at_the_head_s_rate_only_when_copying(corpus, tmp_path, tiny_config, copy):
-    config = CONFIG.model_copy(update=dict(learning_rate=1e-4, mlm_head_learning_rate=2e-3, copy_from_block=copy))
-    trainer = _trainer(corpus, tmp_path, tiny_config, config)
-    rate_of = {id(p): group["initial_lr"] for group in trainer.optimizer.param_groups for p in group["params"]}
-    head = trainer.encoder.copy_head
-    before = {name: p.detach().clone() for name, p in head.named_parameters()}
-    assert {rate_of.get(id(p)) for p in head.parameters()} == ({2e-3} if copy else {None})
-    _run(trainer, 2)
-    moved = {name for name, p in head.named_parameters() if not torch.equal(p, before[name])}
-    assert moved == (set(before) if copy else set())
-
-
-def test_reachable_spans_only_reads_just_the_examples_whose_span_a_retrieved_block_holds(
-    tmp_path, tokenizer, tiny_config, blocks_table
-):
-    """Every block is a candidate (k = 1 + the corpus), so an example's span is reachable
-    exactly when its own sentence's block is not forbidden: the odd examples forbid every block."""
-    blocks_path = write_table(str(tmp_path / "blocks" / "part-0.parquet"), blocks_table, BLOCKS)
-    all_blocks = [block_id for block_id, _, _ in CORPUS]
-    rows = []
-    for i, (_, title, text) in enumerate(CORPUS * 2):
-        token_ids, title_ids = tokenizer.encode(text), tokenizer.encode(title)
-        start = next(s for s in range(len(token_ids)) if token_ids[s : s + len(title_ids)] == title_ids)
-        rows.append({
-            "example_id": i, "origin_block_id": OUTSIDE_CORPUS, "forbidden_block_ids": all_blocks if i % 2 else [],
-            "text": text, "token_ids": token_ids, "spans": [],
-            "masked_token_positions": list(range(start, start + len(title_ids))),
-        })
-    examples_path = write_table(str(tmp_path / "examples" / "part-0.parquet"), rows, PRETRAIN_EXAMPLES)
-    config = CONFIG.model_copy(update=dict(
-        batch_size=6, num_candidates=len(CORPUS) + 1, heldout_examples=1, reachable_spans_only=True,
-    ))
-    trainer = _trainer((blocks_path, examples_path), tmp_path, tiny_config, config)
-    for step in range(3):
-        drawn = batch_rows(trainer.train_rows, config.batch_size, trainer.seed, step)
-        reachable = sum(trainer.examples[row]["example_id"] % 2 == 0 for row in drawn)
-        metrics = trainer.train_step()
-        assert metrics["examples_read"] == reachable
-        assert metrics["span_in_candidates"] == reachable / config.batch_size
 
 
 def test_random_spans_ablation_masks_every_example_randomly(corpus, tmp_path, tiny_config):
@@ -596,23 +518,3 @@ def test_the_same_blocks_and_examples_in_other_shards_train_to_the_same_losses(c
         runs.append((heldout_ids, _comparable(_run(trainer, 3)), trainer.evaluate_masked_spans()))
     assert runs[1] == runs[0]
 
-
-def _holder_mass(trainer: PretrainTrainer) -> float:
-    """Mean Σ p(z|x) over the retrieved blocks holding the span, over the training examples one holds."""
-    masses = [
-        sum(math.exp(lp) for lp, h in zip(o["retrieval_log_probs"], o["candidates_holding_span"]) if h)
-        for o in trainer.tally_masked_spans(trainer.train_rows).outcomes(trainer.step)
-        if o["span_in_candidates"]
-    ]
-    return float(np.mean(masses))
-
-
-def test_the_holder_loss_starts_with_the_retriever_and_raises_the_holders_p_z(corpus, tmp_path, tiny_config):
-    config = CONFIG.model_copy(update=dict(steps=8, retriever_frozen_steps=2, retriever_learning_rate=1e-3, retriever_warmup_steps=0))
-    runs = {}
-    for name, weight in (("plain", 0.0), ("holders", 5.0)):  # one after the other: dropout draws from torch's global RNG
-        trainer = _trainer(corpus, tmp_path / name, tiny_config, config.model_copy(update={"holder_retrieval_weight": weight}))
-        frozen = _comparable(_run(trainer, 2))
-        runs[name] = (frozen, _holder_mass(trainer), _run(trainer, 6) and _holder_mass(trainer))
-    assert runs["holders"][:2] == runs["plain"][:2]  # the retriever frozen: REALM's steps exactly
-    assert runs["holders"][2] > runs["plain"][2]
