@@ -206,9 +206,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="*", default=[0], help="fine-tuning seeds (none: pre-train only)")
     parser.add_argument("--seed", type=int, default=0, help="pre-training seed")
     parser.add_argument("--pretrain_param", action="append", default=[], type=str, metavar="FIELD=VALUE",
-                        help="override a PretrainConfig field, e.g. copy_from_block=true (repeatable)")
+                        help="override a PretrainConfig field, e.g. retriever_frozen_steps=0 (repeatable)")
     parser.add_argument("--finetune_param", action="append", default=[], type=str, metavar="FIELD=VALUE",
-                        help="override a FinetuneConfig field for every system, e.g. answer_pointer=true (repeatable)")
+                        help="override a FinetuneConfig field for every system, e.g. span_features=false (repeatable)")
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS),
                         help="orqa alone needs no pre-training")
     parser.add_argument("--results", help="where the measurements go (default: <output>/results.json)")
@@ -220,7 +220,7 @@ def main() -> None:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     results = Results(Path(args.results) if args.results else out / "results.json")
-    device, model_config = select_device(), ModelConfig.preset("default")
+    device, model_config = select_device(), ModelConfig.preset("bf16-6l")
     layout = RunLayout.at(args.run)
     results.put("device", str(device))
     start = str(latest_checkpoint(layout.checkpoints("ict")))

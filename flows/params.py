@@ -21,16 +21,16 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from realm.model.networks.presets import ModelPreset
 from realm.model.training.stage_settings import FinetuneConfig, IctConfig, PretrainConfig, ReaderWarmupConfig
 
 RunPreset = Literal["tiny", "default", "gpu"]
-ModelPreset = Literal["tiny", "fast", "default", "paper"]  # realm.model.networks.config.PRESETS
 
 
 class RunParams(BaseModel):
     output: str = Field("runs/demo", description="run root every artifact is written under")
     model_preset: ModelPreset = Field(
-        "default", description="realm.model.networks.config preset (see its docstrings for the speed/fidelity trade)"
+        "bf16-6l", description="realm.model.networks.config preset (see its docstrings for the speed/fidelity trade)"
     )
     device: str | None = Field(None, description="torch device; default CUDA when present, else CPU")
     seed: int = 0
@@ -142,11 +142,11 @@ def _default() -> PipelineParams:
 
 def _tiny() -> PipelineParams:
     return PipelineParams(
-        run=RunParams(output="runs/tiny", model_preset="tiny"),
+        run=RunParams(output="runs/tiny", model_preset="random-2l"),
         prepare=PrepareParams(limit=300),
         # The plumbing of every path: ICT steps, a trained retriever and asynchronous refreshes.
         ict=IctParams(steps=40, batch_size=16, warmup_steps=4, checkpoint_every=20, heldout_examples=64,
-                      tower_layers=None, tower_pooling="cls", projection_init="random"),
+                      tower_layers=None, retrieval_pooling="cls", projection_init="random"),
         pretrain=PretrainParams(steps=30, batch_size=4, warmup_steps=3, checkpoint_every=10, refresh_every=10, heldout_examples=32,
                                 cached_doc_embeddings=False, retriever_frozen_steps=0),
         # A random tiny model over 300 articles retrieves an answer-bearing block for few cloze
@@ -160,7 +160,7 @@ def _tiny() -> PipelineParams:
 def _gpu() -> PipelineParams:
     lengths = {"max_query_wordpieces": 96, "max_block_wordpieces": 288}
     return PipelineParams(
-        run=RunParams(model_preset="default"),
+        run=RunParams(model_preset="bf16-6l"),
         ict=IctParams(steps=3000, batch_size=128, warmup_steps=300, checkpoint_every=500, **lengths),
         # The retriever trains in the second half: measured over 1,276 steps on an H100 (docs/measurements.md),
         # p(z|x) kept 1.7-2.0 nats of entropy (ln 8 = 2.08) and p(null) stayed under 0.07.

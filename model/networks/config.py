@@ -2,7 +2,7 @@
 
 Every component (query/doc embedder, knowledge-augmented encoder, reader) is a BERT built
 from the same `ModelConfig`: warm-started from a local Hugging Face BERT directory, or
-randomly initialised from the shape fields when `model_dir` is None (the `tiny` preset).
+randomly initialised from the shape fields when `model_dir` is None (the `random-2l` preset).
 Nothing here downloads; loading uses `local_files_only=True`.
 """
 
@@ -12,12 +12,14 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from collections.abc import Callable
+from typing import Literal, TypeVar, get_args
 
 import torch
 import transformers
 from transformers import BertConfig, PreTrainedModel
 
+from realm.model.networks.presets import ModelPreset
 from realm.model.tokenization import WordPieceTokenizer, default_model_dir, load_tokenizer
 from realm.schemas import EMBEDDING_DIM
 
@@ -53,7 +55,7 @@ class ModelConfig:
     retrieval_scale: float | None = None
     span_hidden_size: int = 256
     max_span_wordpieces: int = 10
-    span_features: bool = False
+    span_features: bool = True
     # Shape of a randomly initialised BERT (ignored when warm-starting from model_dir).
     hidden_size: int = 128
     num_attention_heads: int = 2
@@ -62,9 +64,10 @@ class ModelConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides) -> ModelConfig:
-        """A named preset (see `PRESETS`), with any field overridden. A `model_dir` given here
-        is used as given: the MiniLM package is looked up only when none is, so a machine
-        without it builds the preset from a copy of its weights."""
+        """A named preset (see `PRESETS`; an old name in `OLD_MODEL_PRESET_NAMES` too), with any
+        field overridden. A `model_dir` given here is used as given: the MiniLM package is looked
+        up only when none is, so a machine without it builds the preset from a copy of its weights."""
+        name = OLD_MODEL_PRESET_NAMES.get(name, name)
         if name not in PRESETS:
             raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
         return dataclasses.replace(PRESETS[name](overrides.get("model_dir")), **overrides)
@@ -110,32 +113,32 @@ def _warm_start_dir(model_dir: str | None) -> str:
     return model_dir or str(default_model_dir())
 
 
-def _tiny(model_dir: str | None) -> ModelConfig:
+def _random_2l(model_dir: str | None) -> ModelConfig:
     """Tests: 2 layers, hidden 128, 2 heads, random init, default vocab; dropout on, so tests
     that depend on RNG state (exact resume) exercise it."""
     return ModelConfig(model_dir=model_dir, num_layers=2, dropout=0.1)
 
 
-def _default(model_dir: str | None) -> ModelConfig:
+def _bf16_6l(model_dir: str | None) -> ModelConfig:
     """The local 6-layer MiniLM BERT, dropout 0, bf16 autocast on CPU.
 
-    Trade: ~4x faster steps than `paper` on this CPU (design §5b: dropout's mask generation
+    Trade: ~4x faster steps than `fp32-6l` on a CPU (design §5b: dropout's mask generation
     is 14% of CPU time and attention dropout forces the slow attention path; bf16 doubles
     matmul throughput) for no dropout regularisation and bf16 rounding in the forward pass.
     """
     return ModelConfig(model_dir=_warm_start_dir(model_dir), dropout=0.0, cpu_bf16_autocast=True)
 
 
-def _fast(model_dir: str | None) -> ModelConfig:
+def _bf16_2l(model_dir: str | None) -> ModelConfig:
     """The first 2 layers of the local BERT, dropout 0, bf16 autocast on CPU.
 
-    Trade: ~3x faster again than `default` (thousands of steps in one to three hours at short
+    Trade: ~3x faster again than `bf16-6l` (thousands of steps in one to three hours at short
     lengths, design §5b) for a much shallower encoder and retriever.
     """
     return ModelConfig(model_dir=_warm_start_dir(model_dir), num_layers=2, dropout=0.0, cpu_bf16_autocast=True)
 
 
-def _paper(model_dir: str | None) -> ModelConfig:
+def _fp32_6l(model_dir: str | None) -> ModelConfig:
     """The paper's regularisation and precision (dropout 0.1, fp32) on the local 6-layer BERT.
 
     Trade: fidelity for speed; 36-150 steps/hour on this CPU (design §5b).
@@ -143,7 +146,12 @@ def _paper(model_dir: str | None) -> ModelConfig:
     return ModelConfig(model_dir=_warm_start_dir(model_dir), dropout=0.1, cpu_bf16_autocast=False)
 
 
-PRESETS = {"tiny": _tiny, "default": _default, "fast": _fast, "paper": _paper}
+# Each preset's builder is `_<its name, dashes as underscores>`.
+PRESETS: dict[str, Callable[[str | None], ModelConfig]] = {
+    name: globals()["_" + name.replace("-", "_")] for name in get_args(ModelPreset)
+}
+# The names runs recorded before the model presets were renamed apart from the run presets.
+OLD_MODEL_PRESET_NAMES = {"tiny": "random-2l", "default": "bf16-6l", "fast": "bf16-2l", "paper": "fp32-6l"}
 
 
 def load_pretrained(component_cls: type[ComponentT], path: str | os.PathLike, **kwargs) -> ComponentT:

@@ -41,6 +41,9 @@ REMOVED_SETTINGS = {
     "answer_type": False, "encoder_share": 1.0, "bm25_candidates": 0, "retrieve_every_step": False,
 }
 
+# Settings since renamed: a checkpoint that records the old name resumes under the new one.
+RENAMED_SETTINGS = {"tower_pooling": "retrieval_pooling"}
+
 
 def content_digest(path: str | os.PathLike) -> str:
     """sha256 of what `path` holds (module docstring); FileNotFoundError naming it if it is gone."""
@@ -81,10 +84,13 @@ def changed_inputs(recorded: Mapping, current: Mapping, settings: type[BaseModel
     a setting with its old and new value ("learning_rate 0.001 -> 0.0005"), the seed. With the
     `settings` model, a setting the recorded inputs lack counts as its default: one added to
     realm since, left at its default, changes nothing a stage trained; a removed one recorded
-    at its `REMOVED_SETTINGS` value is no change either."""
+    at its `REMOVED_SETTINGS` value is no change either, and a renamed one counts under its new name."""
     old_data, new_data = recorded.get("data", {}), current.get("data", {})
     changes = [name for name in sorted(old_data.keys() | new_data.keys()) if old_data.get(name) != new_data.get(name)]
     old_settings, new_settings = dict(recorded.get("settings", {})), current.get("settings", {})
+    for old, new in RENAMED_SETTINGS.items():
+        if old in old_settings and new not in old_settings:
+            old_settings[new] = old_settings.pop(old)
     for name, value in REMOVED_SETTINGS.items():
         if name in old_settings and name not in new_settings and old_settings[name] == value:
             del old_settings[name]

@@ -57,7 +57,7 @@ class IctConfig(RetentionConfig):
     max_query_wordpieces: int = Field(CPU_QUERY_WORDPIECES, ge=QUERY_SPECIAL_TOKENS + 1)
     max_block_wordpieces: int = Field(CPU_BLOCK_WORDPIECES, gt=BLOCK_SPECIAL_TOKENS, le=MAX_BLOCK_WORDPIECES)
     tower_layers: int | None = Field(6, ge=1, description="transformer layers of both towers (None: the model preset's)")
-    tower_pooling: Literal["cls", "mean"] = Field(
+    retrieval_pooling: Literal["cls", "mean"] = Field(
         "mean", description="cls: REALM's [CLS] state; mean: the mean of the token states (sentence-encoder pooling)"
     )
     projection_init: Literal["random", "pca"] = Field(

@@ -6,7 +6,7 @@ batch's contexts: scores = q @ dᵀ [batch, batch], cross-entropy to the diagona
 into both towers. The `heldout_examples` whose ids hash lowest are never trained on;
 `heldout_accuracy` is top-1 of a held-out query's own context among groups of
 `HELDOUT_GROUP_SIZE` held-out contexts. Fresh towers are the model preset's, or (`tower_layers`,
-`tower_pooling`, `projection_init`, `tower_scale`) a sentence-encoder start: all of MiniLM's
+`retrieval_pooling`, `projection_init`, `tower_scale`) a sentence-encoder start: all of MiniLM's
 layers, mean-pooled, projected by PCA of pooled contexts, scored by 20 × cosine; with
 `steps = 0` that start is published as it is, a retriever with no ICT training. Checkpoints (`checkpoints/<step>/` with
 query_embedder and doc_embedder) resume exactly: the batch of step s is a function of
@@ -54,7 +54,7 @@ def fresh_towers(
     tower_config = dataclasses.replace(
         model_config,
         num_layers=config.tower_layers or model_config.num_layers,
-        retrieval_pooling=config.tower_pooling,
+        retrieval_pooling=config.retrieval_pooling,
         retrieval_scale=config.tower_scale,
     )
     towers = {name: build_component(Embedder, tower_config).to(device) for name in ("query_embedder", "doc_embedder")}

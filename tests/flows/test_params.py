@@ -1,30 +1,62 @@
+import dataclasses
+import typing
+
 import pytest
 
 from realm.cli.main import with_overrides
+from realm.flows.finetune_openqa import finetune_openqa
+from realm.flows.ict_warm_start import ict_warm_start
 from realm.flows.params import FinetuneParams, IctParams, PipelineParams, PretrainParams, ReaderWarmupParams
+from realm.flows.reader_warmup import reader_warmup
+from realm.flows.realm_pretrain import realm_pretrain
+from realm.model.networks.config import ModelConfig
 from realm.model.training.stage_settings import FinetuneConfig, IctConfig, PretrainConfig, ReaderWarmupConfig
 
-# (the flow's parameters, the trainer's settings, what only the flow reads)
+# (the stage's flow, its field in the whole pipeline's form, the settings its trainer reads, what only the flow reads)
 STAGES = [
-    (IctParams, IctConfig, set()),
-    (PretrainParams, PretrainConfig, set()),
-    (ReaderWarmupParams, ReaderWarmupConfig, set()),
-    (FinetuneParams, FinetuneConfig, {"qa_train", "retriever"}),
+    (ict_warm_start, "ict", IctConfig, set()),
+    (realm_pretrain, "pretrain", PretrainConfig, set()),
+    (reader_warmup, "warmup", ReaderWarmupConfig, set()),
+    (finetune_openqa, "finetune", FinetuneConfig, {"qa_train", "retriever"}),
 ]
+# Names a stage setting shares with ModelConfig at another default, and why each is a setting of its own.
+OWN_DEFAULTS = {
+    "retrieval_pooling": "the ICT stage starts the towers as the sentence encoder (mean-pooled); towers built from "
+    "a model preset alone keep REALM's [CLS]",
+}
 
 
-@pytest.mark.parametrize(("params", "config", "flow_only"), STAGES)
-def test_each_stage_setting_is_defined_once_for_the_trainer_the_flow_and_the_cli(params, config, flow_only):
-    """The flow's form (and `--param`) is the trainer's settings class, plus what the flow reads."""
-    assert issubclass(params, config)
-    assert set(params.model_fields) - set(config.model_fields) == flow_only
-    for name, field in config.model_fields.items():
-        assert params.model_fields[name].default == field.default, name
+def _forms(flow, stage: str) -> list[type]:
+    """The forms a stage's settings are given in: its flow's `params` and the pipeline form's field."""
+    return [typing.get_type_hints(flow.fn)["params"], PipelineParams.model_fields[stage].annotation]
+
+
+@pytest.mark.parametrize(("flow", "stage", "config", "flow_only"), STAGES)
+def test_each_stage_setting_is_defined_once_for_the_trainer_the_flow_and_the_cli(flow, stage, config, flow_only):
+    """Every field of the flow's forms (and `--param`) is the trainer's setting with its type,
+    bounds and default, but for what only the flow reads."""
+    for form in _forms(flow, stage):
+        assert set(form.model_fields) - set(config.model_fields) == flow_only
+        assert set(config.model_fields) <= set(form.model_fields)
+        for name, field in config.model_fields.items():
+            mine = form.model_fields[name]
+            assert (mine.annotation, mine.default, mine.metadata) == (field.annotation, field.default, field.metadata), name
+    form = _forms(flow, stage)[0]
     # Counts doubled, rates and shares halved: each stays within its bounds (a share's is 1).
     changed = {name: f.default * 2 if type(f.default) is int else f.default / 2
                for name, f in config.model_fields.items() if type(f.default) in (int, float)}
-    overridden = with_overrides(params(), [f"{name}={value}" for name, value in changed.items()])
+    overridden = with_overrides(form(), [f"{name}={value}" for name, value in changed.items()])
     assert config(**overridden.model_dump(include=set(config.model_fields))) == config(**changed)
+
+
+def test_a_stage_setting_named_as_a_model_config_field_has_its_default_unless_said_why_not():
+    model_defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+    differing = {
+        name for config in (IctConfig, PretrainConfig, FinetuneConfig, ReaderWarmupConfig)
+        for name, field in config.model_fields.items() if name in model_defaults and field.default != model_defaults[name]
+    }
+    assert differing == set(OWN_DEFAULTS)
+    assert FinetuneConfig.model_fields["span_features"].default is model_defaults["span_features"] is True
 
 
 def test_the_default_run_preset_is_the_flow_default_but_for_what_it_says_it_changes():

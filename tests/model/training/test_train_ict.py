@@ -18,7 +18,7 @@ CPU = torch.device("cpu")
 CONFIG = IctConfig(
     steps=4, batch_size=4, learning_rate=1e-3, warmup_steps=1, checkpoint_every=2, log_every=1,
     heldout_examples=3, max_query_wordpieces=16, max_block_wordpieces=32,
-    tower_layers=None, tower_pooling="cls", projection_init="random",
+    tower_layers=None, retrieval_pooling="cls", projection_init="random",
 )
 
 
@@ -136,13 +136,13 @@ def test_a_finished_run_returns_its_evaluation_without_training(ict_examples_pat
 
 
 def test_sentence_encoder_start_publishes_mean_pooled_pca_towers_without_training(ict_examples_path, tmp_path):
-    """steps = 0 with tower_layers / tower_pooling / projection_init / tower_scale: the towers are
+    """steps = 0 with tower_layers / retrieval_pooling / projection_init / tower_scale: the towers are
     published as built, mean-pooled and scaled, with a projection whose rows are orthonormal
     principal directions and the same in both towers."""
     config = CONFIG.model_copy(
-        update=dict(steps=0, tower_layers=1, tower_pooling="mean", projection_init="pca", tower_scale=20.0)
+        update=dict(steps=0, tower_layers=1, retrieval_pooling="mean", projection_init="pca", tower_scale=20.0)
     )
-    model_config = ModelConfig.preset("tiny", retrieval_dim=8)  # PCA to 8-d needs >= 8 of the 16 contexts
+    model_config = ModelConfig.preset("random-2l", retrieval_dim=8)  # PCA to 8-d needs >= 8 of the 16 contexts
     result, logged = _train(ict_examples_path, tmp_path, model_config, config)
     assert logged == [] and result["step"] == 0 and Path(result["checkpoint"]).name == "0"
     towers = load_components(result["checkpoint"])
