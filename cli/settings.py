@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 from pydantic import ValidationError
 
@@ -31,7 +31,7 @@ def pipeline_params(args: argparse.Namespace) -> tuple[PipelineParams, str]:
     from realm.schemas.run_layout import RunLayout
 
     layout = RunLayout.at(args.output)
-    recorded = layout.model_preset()
+    recorded = current_model_preset(layout.model_preset())
     run_preset = args.preset or layout.run_preset() or DEFAULT_RUN_PRESET
     params = PipelineParams.preset(run_preset, output=args.output)
     if args.model_preset:
@@ -49,10 +49,26 @@ def pipeline_params(args: argparse.Namespace) -> tuple[PipelineParams, str]:
 
 
 def record_presets(params: PipelineParams, run_preset: str) -> None:
-    """Remember the run's presets as it starts (the run preset only if it records none yet)."""
+    """Remember the run's presets as it starts (the run preset only if it records none yet), a
+    model preset recorded under its old name under its name now."""
     from realm.schemas.run_layout import RunLayout
 
-    RunLayout.at(params.run.output).record_model_preset(params.run.model_preset, run_preset=run_preset)
+    layout = RunLayout.at(params.run.output)
+    recorded = layout.model_preset()
+    renamed = recorded if current_model_preset(recorded) == params.run.model_preset else None
+    layout.record_model_preset(params.run.model_preset, run_preset=run_preset, renamed_from=renamed)
+
+
+def current_model_preset(name: str | None) -> str | None:
+    """A recorded model preset's name now: runs recorded before the model presets were renamed
+    apart from the run presets hold the old names."""
+    from realm.flows.params import ModelPreset
+
+    if name is None or name in get_args(ModelPreset):
+        return name
+    from realm.model.networks.config import OLD_MODEL_PRESET_NAMES  # torch, for such a run only
+
+    return OLD_MODEL_PRESET_NAMES.get(name, name)
 
 
 def with_stage_overrides(params: PipelineParams, assignments: list[str]) -> PipelineParams:

@@ -128,14 +128,15 @@ class RunLayout:
     def reports(self) -> Path:
         return self.root / "reports"
 
-    def record_model_preset(self, model_preset: str, run_preset: str | None = None) -> None:
+    def record_model_preset(self, model_preset: str, run_preset: str | None = None, renamed_from: str | None = None) -> None:
         """Remember the model preset, so `realm ask` and `realm evaluate` rebuild the same model,
         and the run preset the run was started with (the first one recorded stays), so `realm
         train` goes on with its settings; a run root must not mix model presets (its checkpoints
-        would not load)."""
+        would not load). `renamed_from`: the name the run recorded for the same preset before
+        it was renamed, replaced by this one."""
         record = self._record() or {}
         recorded = record.get("model_preset")
-        if recorded is not None and recorded != model_preset:
+        if recorded is not None and recorded not in (model_preset, renamed_from):
             raise ValueError(f"{self.root} was trained with model preset {recorded!r}, not {model_preset!r}")
         record["model_preset"] = model_preset
         if run_preset is not None:

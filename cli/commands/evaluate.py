@@ -30,10 +30,11 @@ def add_parser(commands) -> None:
 def evaluation_settings(args: argparse.Namespace):
     """The flow's (RunParams, EvaluateParams): the run's recorded model preset, the question
     files named (none: the flow's default sets, `realm.flows.evaluate.question_files`)."""
+    from realm.cli.settings import current_model_preset
     from realm.flows.params import EvaluateParams, RunParams
     from realm.schemas.run_layout import RunLayout
 
-    preset = RunLayout.at(args.run).model_preset()
+    preset = current_model_preset(RunLayout.at(args.run).model_preset())
     run = RunParams(output=args.run, device=args.device, **({"model_preset": preset} if preset else {}))
     return run, EvaluateParams(qa=args.qa, num_read=args.num_read)
 

@@ -40,3 +40,15 @@ def test_a_model_preset_other_than_the_runs_is_refused_naming_the_one_it_was_mad
     with pytest.raises(SystemExit, match=f"^realm train: {tmp_path} was made with model preset '{DEFAULT}'; pass "
                        f"--model-preset {DEFAULT} or a new --output$"):
         pipeline_params(_args(tmp_path, preset="tiny"))
+
+
+def test_a_run_recorded_under_a_model_presets_old_name_goes_on_under_its_name_now(tmp_path):
+    from realm.cli.settings import record_presets
+    from realm.model.networks.config import OLD_MODEL_PRESET_NAMES
+
+    old = next(name for name, now in OLD_MODEL_PRESET_NAMES.items() if now == TINY)
+    RunLayout.at(tmp_path).record_model_preset(old)
+    params, run_preset = pipeline_params(_args(tmp_path, preset="tiny"))
+    assert params.run.model_preset == TINY
+    record_presets(params, run_preset)
+    assert (RunLayout.at(tmp_path).model_preset(), RunLayout.at(tmp_path).run_preset()) == (TINY, "tiny")

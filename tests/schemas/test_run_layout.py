@@ -19,6 +19,8 @@ def test_a_run_root_remembers_its_model_preset_and_refuses_another(tmp_path):
     assert RunLayout.at(tmp_path / "run").model_preset() == "default"
     with pytest.raises(ValueError, match="trained with model preset 'default', not 'tiny'"):
         layout.record_model_preset("tiny")
+    layout.record_model_preset("bf16-6l", renamed_from="default")  # the same preset, renamed since
+    assert layout.model_preset() == "bf16-6l"
 
 
 def test_a_run_root_remembers_the_run_preset_it_was_started_with(tmp_path):
