@@ -2,8 +2,8 @@
 
 Target 3 of the quality issue asks whether retrieval helps the masked LM (held-out masked-span
 accuracy with retrieval against the null document alone) and whether fine-tuning from REALM's
-pre-trained encoder and query tower beats fine-tuning from their start (ORQA). On the 2-core
-CPU pre-training gets ~1,000 steps of batch 8 (docs/measurements.md); this script spends a wall-clock budget
+pre-trained encoder and query tower beats fine-tuning from their start (ORQA). A CPU affords
+pre-training few steps of a small batch; this script spends a wall-clock budget
 on a CUDA machine instead, with the `gpu` run preset's lengths (queries 96, blocks 288
 wordpieces) and batch, the retriever frozen for the first half as the stage's default:
 
@@ -43,7 +43,7 @@ from realm.model.qa.answering import Answerer
 from realm.model.analysis.paired_stats import mcnemar_exact_p_value
 from realm.model.qa.qa_data import read_qa_file
 from realm.model.qa.scoring import RECALL_AT, score_predictions
-from realm.model.training.pretrain_index import IndexRoots, attach_index
+from realm.model.training.pretrain_index import IndexRoots
 from realm.model.training.stage_settings import CPU_MICRO_BATCH, FinetuneConfig, PretrainConfig
 from realm.model.training.train_finetune import FinetuneTrainer
 from realm.model.training.train_pretrain import HELD_OUT, PretrainHooks, PretrainTrainer
@@ -137,7 +137,7 @@ def pretrain(layout: RunLayout, start: str, out: Path, args, device, model_confi
     # Sized as the longest run, so the retriever stays frozen through every probe step.
     probe = pretrain_trainer(layout, start, out / "probe", args.max_steps, args.micro_batches[0],
                              args, device, model_config)
-    attach_index(probe, index_roots(out / "probe"))
+    probe.attach_index(index_roots(out / "probe"))
     setup_s = time.perf_counter() - started
     timings = probe_micro_batches(probe, args.micro_batches, device)
     micro_batch = min(timings, key=lambda size: timings[size]["median_step_s"])

@@ -8,8 +8,8 @@ is the caller's choice: the Prefect flow submits its refresh task (`RefreshFn`),
 `rebuild_index` in place. The schedule is `realm.model.index.refresh.IndexRefreshScheduler`'s:
 each refreshed index goes into use at a step fixed by its snapshot step, waited for if its
 build is late, so the index of every step is the same in every run with the same seed. At
-most one refresh is in flight; checkpoints record it (`PretrainTrainer.refresh_in_flight`) and
-a resumed run starts it again from the same snapshot. A failed one fails the run once its
+most one refresh is in flight; the trainer's checkpoints record it (`IndexRefreshes.in_flight`)
+and a resumed run starts it again from the same snapshot. A failed one fails the run once its
 retries are spent.
 """
 
@@ -20,15 +20,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from realm.model.index.mips import MipsIndex, latest_published
-from realm.model.index.rebuild import rebuild_index
 from realm.model.index.refresh import IndexRefreshScheduler
 from realm.model.publish import IntegrityError, prune, read_manifest, verify_step
-
-if TYPE_CHECKING:
-    from realm.model.training.train_pretrain import PretrainTrainer
 
 log = logging.getLogger(__name__)
 
@@ -62,54 +58,52 @@ class IndexRoots:
     snapshots: str
 
 
-def attach_index(trainer: PretrainTrainer, roots: IndexRoots) -> str:
-    """Give `trainer` its first index: on resume, the published `<roots.index>/<snapshot step>/`
-    it was training against (so the resumed run retrieves what the uninterrupted one would);
-    on a fresh run, or if that index is gone, one built now from its current doc tower.
-    Returns the published index path."""
-    if trainer.index_snapshot_step is not None:
-        published = Path(roots.index) / str(trainer.index_snapshot_step)
+def first_index(roots: IndexRoots, snapshot_step: int | None, build: Callable[[], tuple[str, int]]) -> tuple[str, int]:
+    """The index a stage starts against, and the step of the doc tower that built it: on resume
+    the published `<roots.index>/<snapshot_step>/` it was training against (so the resumed run
+    retrieves what the uninterrupted one would); on a fresh run, or if that index is gone,
+    `build()`'s, published now from the current doc tower."""
+    if snapshot_step is not None:
+        published = Path(roots.index) / str(snapshot_step)
         if published.is_dir():
-            index = MipsIndex.load(published, trainer.model_config.retrieval_dim)
-            trainer.swap_index(index, trainer.index_snapshot_step)
-            return str(published)
-        log.warning("%s is gone; rebuilding the index from the doc tower of step %d", published, trainer.step)
-    snapshot = trainer.snapshot_doc_tower(roots.snapshots)
-    published = rebuild_index(
-        trainer.blocks_path, snapshot, roots.embeddings, roots.index, trainer.step, trainer.model_config,
-        trainer.config.keep_checkpoints, trainer.device, trainer.config.max_block_wordpieces,
-    )
-    trainer.swap_index(MipsIndex.load(published, trainer.model_config.retrieval_dim), trainer.step)
-    return published
+            return str(published), snapshot_step
+        log.warning("%s is gone; rebuilding the index from the current doc tower", published)
+    return build()
 
 
 class IndexRefreshes:
-    """Refreshes of `trainer`'s index: `before_step` swaps in the refresh due at this step and
-    starts one when the schedule says so; `records` holds one dict per swap (the refresh's
-    result with swapped_at_step and staleness_steps); `final_index` gives the index
-    fine-tuning reads. A refresh in flight at the checkpoint the trainer resumed from starts
-    again from its snapshot, so it goes into use at the step it would have.
+    """Refreshes of a stage's index: `before_step` starts one when the schedule says so and
+    returns the refreshed index due at this step, to be swapped in; `in_flight` is the snapshot
+    of the refresh in flight (for checkpoints); `records` holds one dict per swap (the refresh's
+    result with swapped_at_step and staleness_steps); `final_index` gives the index fine-tuning
+    reads. A refresh in flight at the checkpoint resumed from starts again from its snapshot, so
+    it goes into use at the step it would have.
+
+    `snapshot()` publishes the current doc tower under `roots.snapshots` and returns its path;
+    `refresh_every` is None while the doc tower is frozen (cached mode: it never changes, so the
+    index in use stays current).
 
     Retention: refreshes and snapshots publish without pruning (`refresh` must prune neither
     root), as while a newer index is published the one in use may be named by no checkpoint
     yet, so only this object knows to keep it. Each swap, and the final index, prunes the
-    indexes, embeddings and then doc-tower snapshots up to the one in use to the newest
-    `keep_checkpoints` plus those a manifest of the run uses: a checkpoint its index and its
-    refresh in flight, an index the snapshot that embedded it. Newer ones (in flight) stay."""
+    indexes, embeddings and then doc-tower snapshots up to the one in use to the newest `keep`
+    plus those a manifest of the run uses: a checkpoint its index and its refresh in flight, an
+    index the snapshot that embedded it. Newer ones (in flight) stay."""
 
-    def __init__(self, trainer: PretrainTrainer, refresh: RefreshFn, roots: IndexRoots):
-        self.trainer, self.refresh, self.roots = trainer, refresh, roots
-        # A frozen doc tower (cached mode) never changes, so re-embedding the corpus with it
-        # would rebuild the index in use (`attach_index` gave the one the tower built or, on
-        # resume, the one the checkpoint trained against).
-        self.frozen = trainer.config.cached_doc_embeddings
+    def __init__(
+        self, refresh: RefreshFn, roots: IndexRoots, snapshot: Callable[[], str], refresh_every: int | None, keep: int,
+        index_snapshot_step: int, in_flight: str | None,
+    ):
+        self.refresh, self.roots, self.snapshot, self.keep = refresh, roots, snapshot, keep
+        self.frozen = refresh_every is None
         if self.frozen:
-            log.info("doc tower frozen (cached_doc_embeddings): the index of step %d stays current", trainer.index_snapshot_step)
-        in_flight = None if self.frozen or trainer.step >= trainer.total_steps else trainer.refresh_in_flight
+            log.info("doc tower frozen (cached_doc_embeddings): the index of step %d stays current", index_snapshot_step)
+            in_flight = None
         self.schedule = IndexRefreshScheduler(
-            None if self.frozen else trainer.config.refresh_every, index_snapshot_step=trainer.index_snapshot_step,
+            refresh_every, index_snapshot_step=index_snapshot_step,
             in_flight_snapshot_step=None if in_flight is None else int(Path(in_flight).name),
         )
+        self.in_flight: str | None = in_flight
         self.pending: PendingRefresh | None = None if in_flight is None else self._restart(in_flight)
         self.records: list[dict] = []
 
@@ -121,25 +115,22 @@ class IndexRefreshes:
             # Only a snapshot deleted or damaged by hand gets here: checkpoints keep theirs.
             log.warning("%s; the refresh of step %d in flight at the checkpoint is dropped", problem, step)
             self.schedule.refresh_failed()
-            self.trainer.refresh_in_flight = None
+            self.in_flight = None
             return None
         log.info("restarting the refresh of step %d in flight at the checkpoint (due at step %d)", step, self.schedule.swap_step())
         return self.refresh(snapshot, step)
 
-    def _start(self) -> tuple[str, PendingRefresh]:
-        snapshot = self.trainer.snapshot_doc_tower(self.roots.snapshots)
-        return snapshot, self.refresh(snapshot, self.trainer.step)
-
-    def before_step(self) -> None:
-        step = self.trainer.step
-        if self.schedule.is_time_to_swap(step):
-            self._swap(step)
+    def before_step(self, step: int) -> tuple[MipsIndex, int] | None:
+        """(the refreshed index due at `step`, its snapshot step), or None; starts a refresh when due."""
+        swapped = self._swap(step) if self.schedule.is_time_to_swap(step) else None
         if self.pending is None and self.schedule.is_time_to_refresh(step):
             self.schedule.refresh_started(step)
-            self.trainer.refresh_in_flight, self.pending = self._start()
+            self.in_flight = self.snapshot()
+            self.pending = self.refresh(self.in_flight, step)
+        return swapped
 
-    def _swap(self, step: int) -> None:
-        """Put the refresh due at `step` into use, waiting for it if it has not ended."""
+    def _swap(self, step: int) -> tuple[MipsIndex, int]:
+        """The refresh due at `step`, waited for if it has not ended."""
         if not self.pending.done():
             started = time.perf_counter()
             self.pending.wait()
@@ -155,29 +146,30 @@ class IndexRefreshes:
             raise
         index = MipsIndex.load(refreshed["path"])
         snapshot_step = int(read_manifest(refreshed["path"])["checkpoint_step"])
-        staleness = self.trainer.swap_index(index, snapshot_step)
         self._prune(snapshot_step)
         self.schedule.refresh_swapped(step)
-        self.records.append({**refreshed, "swapped_at_step": step, "staleness_steps": staleness})
-        self.pending, self.trainer.refresh_in_flight = None, None
+        self.records.append({**refreshed, "swapped_at_step": step, "staleness_steps": step - snapshot_step})
+        self.pending, self.in_flight = None, None
+        return index, snapshot_step
 
     def _prune(self, step: int) -> None:
         # Snapshots last: an index pruned here no longer keeps the snapshot that embedded it.
         for root in (self.roots.index, self.roots.embeddings, self.roots.snapshots):
-            prune(root, step, self.trainer.config.keep_checkpoints)
+            prune(root, step, self.keep)
 
-    def final_index(self) -> str:
-        """The index of the final doc tower, once any refresh in flight has ended: with the
-        tower frozen, the one in use (a newer one may exist from before a resume with the tower
-        frozen); else the newest published one if it is of this step, else one refreshed now."""
+    def final_index(self, step: int, index_snapshot_step: int) -> str:
+        """The index of the final doc tower (of `step`), once any refresh in flight has ended:
+        with the tower frozen, the one in use (of `index_snapshot_step`; a newer one may exist
+        from before a resume with the tower frozen); else the newest published one if it is of
+        this step, else one refreshed now."""
         if self.pending is not None:
             self.pending.wait()
         if self.frozen:
-            return str(Path(self.roots.index) / str(self.trainer.index_snapshot_step))
+            return str(Path(self.roots.index) / str(index_snapshot_step))
         final = latest_published(self.roots.index)
-        if final is None or int(Path(final).name) != self.trainer.step:
-            _, last = self._start()
+        if final is None or int(Path(final).name) != step:
+            last = self.refresh(self.snapshot(), step)
             last.wait()
             final = last.result()["path"]
-        self._prune(self.trainer.step)
+        self._prune(step)
         return str(final)

@@ -10,6 +10,7 @@ then `pretrain_loss`. Run the forward under `device.autocast` for bf16.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -31,6 +32,8 @@ from realm.model.networks.marginal import mask_log_scores, marginal_log_likeliho
 from realm.model.index.mips import BruteForceIndex, MipsIndex
 from realm.model.networks.retriever import Retriever, relevance_scores
 from realm.model.tokenization import MAX_PRETRAIN_QUERY_WORDPIECES, QUERY_SPECIAL_TOKENS, WordPieceTokenizer, join
+
+log = logging.getLogger(__name__)
 
 # The paper masks one salient span of at most 10 wordpieces; random fallback spans likewise.
 MAX_MASKED_WORDPIECES = 10
@@ -278,3 +281,33 @@ def pretrain_loss(retrieval_logits: torch.Tensor, log_p_y_given_z: torch.Tensor)
     """−mean over the batch of log p(y|x); padding candidates are already at LOG_ZERO."""
     return -marginal_log_likelihood(retrieval_logits, log_p_y_given_z).mean()
 
+
+def salient_examples(examples: list[dict], examples_path: str) -> list[dict]:
+    """The examples with a salient span: what REALM masks (and the random_spans ablation
+    re-masks at random, so both train on the same sentences). A sentence without one would fall
+    back to a random span, unpredictable from any block: much of the loss, none of retrieval's use."""
+    kept = [example for example in examples if example["masked_token_positions"]]
+    if not kept:
+        raise ValueError(f"{examples_path}: none of {len(examples)} pre-training examples has a salient span")
+    log.info("pre-training on %d of %d examples (those with a salient span)", len(kept), len(examples))
+    return kept
+
+
+@dataclass(frozen=True)
+class StepOutputs:
+    """What one pre-training forward gives the step and the evaluation."""
+
+    loss: torch.Tensor  # [] with graph
+    log_p_z_given_x: torch.Tensor  # [batch, k] detached
+    predictions: torch.Tensor  # [batch, max_masks] argmax of the per-position marginal
+    candidates: Candidates
+    # [batch, k] bool, see `candidates_holding_span`
+    holding: np.ndarray
+    # [batch, k] bool: right by the argmax of p(v|z,x) reading that candidate alone (column 0:
+    # the null document), whatever p(z|x) makes of it
+    right_per_candidate: torch.Tensor
+
+    @property
+    def span_in_candidates(self) -> np.ndarray:
+        """[batch] bool: the masked span occurs verbatim in a retrieved block."""
+        return self.holding.any(axis=1)

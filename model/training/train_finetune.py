@@ -45,14 +45,13 @@ from realm.model.networks.checkpoint import BEST_DIR, WEIGHT_AVERAGE_EXTRA, chec
 from realm.model.networks.config import ModelConfig
 from realm.model.qa.answer_metrics import exact_match
 from realm.model.qa.answering import Answerer
-from realm.model.qa.corpus_holders import answer_holders
 from realm.model.qa.qa_data import QAExample, hash_chosen
 from realm.model.qa.question_retrieval import is_bm25_index, load_question_retriever
 from realm.model.training.example_order import batch_rows
 from realm.model.training.finetune_loss import CorpusPositives, finetune_loss
 from realm.model.training.finetune_start import WARM_START, initial_components
 from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
-from realm.model.training.question_candidates import CandidateCache
+from realm.model.training.finetune_candidates import training_candidates
 from realm.model.training.stage_inputs import json_digest, stage_inputs
 from realm.model.training.stage_settings import FinetuneConfig
 from realm.model.training.trainer import ProgressFn, Trainer
@@ -144,29 +143,14 @@ class FinetuneTrainer(Trainer):
         # One mapping of each block's entities to its wordpieces serves training and validation.
         self.entity_types = self.answerer.entity_types
 
-        # The candidates come from the starting query tower; a resumed stage (same questions,
-        # index and settings: the same inputs) reads the ones its checkpoint recorded, so it
-        # trains on the same stream an uninterrupted one would.
-        retrieved = None
-        if self.resume:
-            recorded = checkpoint_extra(self.resume.checkpoint)["candidates"]
-            retrieved = recorded["block_ids"].numpy(), recorded["found"].numpy()
-        self.candidates = CandidateCache.build(
-            self.retriever, self.tokenizer, self.blocks, self.training, model_config, config, retrieved
+        # A resumed stage (same questions, index and settings) reads the candidates its checkpoint recorded.
+        recorded = checkpoint_extra(self.resume.checkpoint)["candidates"] if self.resume else None
+        trained_on = training_candidates(
+            self.retriever, self.tokenizer, self.blocks, self.training, model_config, config,
+            None if recorded is None else (recorded["block_ids"].numpy(), recorded["found"].numpy()),
         )
-        self.rows = np.flatnonzero(self.candidates.holds_answer.any(axis=1))
-        if len(self.rows) == 0:
-            raise ValueError(
-                f"none of the {len(self.training)} training questions has an answer among its candidate blocks"
-            )
-        self.holders: list[np.ndarray] | None = None
-        self.retriever_only_rows = np.empty(0, dtype=np.int64)
-        if config.retriever_corpus_softmax:
-            self.holders = answer_holders(
-                self.tokenizer, self.blocks, self.retriever.index.block_ids, self.training, model_config.max_span_wordpieces
-            )
-            held = np.array([len(h) > 0 for h in self.holders], dtype=bool)
-            self.retriever_only_rows = np.flatnonzero(held & ~self.candidates.holds_answer.any(axis=1))
+        self.candidates, self.rows, self.holders = trained_on.cache, trained_on.rows, trained_on.holders
+        self.retriever_only_rows = trained_on.retriever_only_rows
         total_steps = math.ceil(config.epochs * len(self.rows) / config.batch_size)
 
         head = torch.nn.ModuleList(self.reader.fresh_modules())

@@ -10,9 +10,9 @@ rescores the candidates with the current θ and minimises −log Σ_z p(y|z,x) p
     trainer = PretrainTrainer(blocks, examples, checkpoints, model_config, config, init_retriever=ict_ckpt)
     result = trainer.run(PretrainHooks(progress, evaluated, refresh), IndexRoots(index, embeddings, snapshots))
 
-It attaches the first index (`realm.model.training.pretrain_index.attach_index`), asks for a
-refresh every `refresh_every` steps through `hooks.refresh` (the flow's Prefect task) and swaps
-each one in `refresh_every` steps after its snapshot (waiting for a late one), checkpoints
+It attaches the first index (`attach_index`), asks for a refresh every `refresh_every` steps
+through `hooks.refresh` (the flow's Prefect task) and swaps each one in `refresh_every` steps
+after its snapshot (`realm.model.training.pretrain_index.IndexRefreshes`), checkpoints
 every `checkpoint_every` steps, evaluates the held-out masked spans every `eval_every` steps
 and at the end, and returns the final index.
 """
@@ -30,7 +30,7 @@ import torch
 
 from realm.model.index.block_store import BlockStore
 from realm.model.index.mips import MipsIndex
-from realm.model.index.rebuild import fitted_block_batches
+from realm.model.index.rebuild import fitted_block_batches, rebuild_index
 from realm.model.networks.checkpoint import load_components
 from realm.model.networks.config import ModelConfig, build_component
 from realm.model.networks.device import autocast
@@ -38,13 +38,13 @@ from realm.model.networks.encoder import KnowledgeAugmentedEncoder, build_encode
 from realm.model.networks.marginal import LOG_ZERO
 from realm.model.networks.retriever import Embedder, Retriever
 from realm.model.publish import publish, staging_dir
-from realm.model.training.candidates import Candidates
 from realm.model.training.example_order import batch_rows, heldout_split, untrained_rows
 from realm.model.training.masked_span_accuracy import MaskedSpanTally, marginal_predictions, span_correct
 from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
-from realm.model.training.pretrain_index import IndexRefreshes, IndexRoots, RefreshFn, attach_index
+from realm.model.training.pretrain_index import IndexRefreshes, IndexRoots, RefreshFn, first_index
 from realm.model.training.pretrain_step import (
     PretrainBatch,
+    StepOutputs,
     candidate_embeddings,
     candidates_holding_span,
     encoder_log_probs,
@@ -52,6 +52,7 @@ from realm.model.training.pretrain_step import (
     pretrain_loss,
     retrieval_logits,
     retrieve,
+    salient_examples,
 )
 from realm.model.training.stage_inputs import stage_inputs
 from realm.model.training.stage_settings import PretrainConfig
@@ -68,18 +69,6 @@ NEVER_TRAINED_ON = "never trained on"
 # The optimizer's modules are [query tower, doc tower, encoder BERT, MLM head], two parameter
 # groups each (`build_optimizer`); these are the decay groups whose rates the log reports.
 _QUERY_TOWER_GROUP, _ENCODER_GROUP = 0, 4
-
-
-def salient_examples(examples: list[dict], examples_path: str) -> list[dict]:
-    """The examples with a salient span: what REALM masks (and the random_spans ablation
-    re-masks at random, so both train on the same sentences). A sentence without one would
-    fall back to a random span of up to 10 wordpieces, unpredictable from any block: measured
-    on the vital corpus, 42% of the sentences, most of the loss and none of the retrieval's use."""
-    kept = [example for example in examples if example["masked_token_positions"]]
-    if not kept:
-        raise ValueError(f"{examples_path}: none of {len(examples)} pre-training examples has a salient span")
-    log.info("pre-training on %d of %d examples (those with a salient span)", len(kept), len(examples))
-    return kept
 
 
 @dataclass(frozen=True)
@@ -99,24 +88,6 @@ class PretrainResult:
     evaluations: dict[str, dict]  # by the examples evaluated (HELD_OUT, NEVER_TRAINED_ON)
     outcomes: dict[str, list[dict]]  # the same evaluations, one MASKED_SPAN_OUTCOMES row per example
     refreshes: list[dict]  # one per swap (`IndexRefreshes.records`)
-
-
-@dataclass(frozen=True)
-class _StepOutputs:
-    loss: torch.Tensor  # [] with graph
-    log_p_z_given_x: torch.Tensor  # [batch, k] detached
-    predictions: torch.Tensor  # [batch, max_masks] argmax of the per-position marginal
-    candidates: Candidates
-    # [batch, k] bool, see `realm.model.training.pretrain_step.candidates_holding_span`
-    holding: np.ndarray
-    # [batch, k] bool: right by the argmax of p(v|z,x) reading that candidate alone (column 0:
-    # the null document), whatever p(z|x) makes of it
-    right_per_candidate: torch.Tensor
-
-    @property
-    def span_in_candidates(self) -> np.ndarray:
-        """[batch] bool: the masked span occurs verbatim in a retrieved block."""
-        return self.holding.any(axis=1)
 
 
 class PretrainTrainer(Trainer):
@@ -171,11 +142,9 @@ class PretrainTrainer(Trainer):
         scheduler = build_scheduler(optimizer, config.warmup_steps, config.steps, config.retriever_warmup_steps)
         state = self._restore(optimizer, scheduler, config.steps)
         self.index_snapshot_step: int | None = state.extra.get("index_snapshot_step")
-        # The doc-tower snapshot of the refresh in flight (`IndexRefreshes` keeps it current), so
-        # a resumed run starts that refresh again and swaps it in at the step it was due.
+        # The snapshot of the refresh in flight: a resumed run restarts it, due at the same step.
         self.refresh_in_flight: str | None = state.paths.get("refresh_in_flight")
-        # Every checkpoint uses it, so retention keeps the checkpoint this stage started from (on
-        # resume the same content as the one it started from: it is one of the stage's inputs).
+        # Every checkpoint uses it, so retention keeps the checkpoint this stage started from.
         self.init_retriever = init_retriever
         self._index: MipsIndex | None = None
         self._index_lock = threading.Lock()
@@ -206,6 +175,19 @@ class PretrainTrainer(Trainer):
         return self.config.retriever_frozen_steps if self.config.num_candidates > 1 else self.config.steps
 
     # -- the index -------------------------------------------------------------------------
+
+    def attach_index(self, roots: IndexRoots) -> str:
+        """Put the first index into use (`first_index`); returns its published path."""
+        def build() -> tuple[str, int]:
+            snapshot = self.snapshot_doc_tower(roots.snapshots)
+            return rebuild_index(
+                self.blocks_path, snapshot, roots.embeddings, roots.index, self.step, self.model_config,
+                self.config.keep_checkpoints, self.device, self.config.max_block_wordpieces,
+            ), self.step
+
+        published, snapshot_step = first_index(roots, self.index_snapshot_step, build)
+        self.swap_index(MipsIndex.load(published, self.model_config.retrieval_dim), snapshot_step)
+        return published
 
     def snapshot_doc_tower(self, snapshot_root: str) -> str:
         """Publish the current doc tower (`save_pretrained`, by rename with a manifest) as
@@ -241,7 +223,7 @@ class PretrainTrainer(Trainer):
             examples = [{**example, "masked_token_positions": []} for example in examples]
         return make_pretrain_batch(self.tokenizer, examples, self.config.max_query_wordpieces)
 
-    def _forward(self, index: MipsIndex, batch: PretrainBatch) -> _StepOutputs:
+    def _forward(self, index: MipsIndex, batch: PretrainBatch) -> StepOutputs:
         """The REALM forward: retrieve, rescore candidates with the current θ, read every
         candidate, marginalise (bf16 autocast where configured, loss in float32)."""
         with autocast(self.device, self.model_config.cpu_bf16_autocast):
@@ -258,7 +240,7 @@ class PretrainTrainer(Trainer):
             )  # [batch, k], [batch, k, max_masks, vocab]
         log_p_z_given_x = torch.log_softmax(logits.detach(), dim=-1)  # [batch, k]
         holding = candidates_holding_span(self.blocks, batch, candidates)
-        return _StepOutputs(
+        return StepOutputs(
             loss=pretrain_loss(logits, log_p_y_given_z),
             log_p_z_given_x=log_p_z_given_x,
             predictions=marginal_predictions(log_p_z_given_x, vocab_log_probs),
@@ -323,17 +305,8 @@ class PretrainTrainer(Trainer):
         `untrained_rows`), eval mode:
         `accuracy_with_retrieval` predicts each masked wordpiece by the argmax of the
         per-position marginal Σ_z p(z|x) p(v|z,x) over the k candidates (null included);
-        `accuracy_null_only` by the encoder reading `[CLS] x [SEP] [SEP]` alone. A span counts
-        only if all its wordpieces are right. `span_in_candidates`: the fraction of examples
-        whose masked wordpieces occur verbatim in a retrieved block. `right_only_with_retrieval`
-        and `right_only_null` count the examples only one of the two gets right: the
-        discordant pairs a paired (McNemar) test of the difference reads; `paired_p_value` is
-        that exact two-sided test. `span_in_candidates_right_with_retrieval` and
-        `span_in_candidates_right_null_only` count right examples among those whose span is
-        in a retrieved block: where reading the evidence can help, so where it shows first;
-        `span_in_candidates_right_reading_that_block` those the encoder gets right reading one
-        of the blocks that hold the span (p(y|z,x) alone): whether it copies at all, apart from
-        how much weight p(z|x) gives that block.
+        `accuracy_null_only` by the encoder reading `[CLS] x [SEP] [SEP]` alone; a span counts
+        only if all its wordpieces are right; the other counts are `MaskedSpanTally.summary`'s.
         Draws no random numbers, so it never changes what the next training step does."""
         return self.tally_masked_spans(rows).summary()
 
@@ -391,16 +364,27 @@ class PretrainTrainer(Trainer):
         """Pre-train to `config.steps` against indexes published under `roots`; on resume,
         against the index the checkpoint was using and with the refresh it had in flight, so no
         step sees another index than the uninterrupted run's."""
-        log.info("training against index %s", attach_index(self, roots))
-        refreshes = IndexRefreshes(self, hooks.refresh, roots)
+        log.info("training against index %s", self.attach_index(roots))
+        frozen = self.config.cached_doc_embeddings
+        refreshes = IndexRefreshes(
+            hooks.refresh, roots, lambda: self.snapshot_doc_tower(roots.snapshots),
+            None if frozen else self.config.refresh_every, self.config.keep_checkpoints, self.index_snapshot_step,
+            None if self.step >= self.total_steps else self.refresh_in_flight,
+        )
+
+        def refresh_on_schedule() -> None:
+            swapped = refreshes.before_step(self.step)
+            if swapped is not None:
+                self.swap_index(*swapped)
+            self.refresh_in_flight = refreshes.in_flight
 
         def evaluate_on_schedule() -> None:
             every = self.config.eval_every
             if every and self.step % every == 0 and self.step < self.total_steps:
                 self._evaluate(hooks, HELD_OUT)
 
-        self._train(hooks.progress, before_step=refreshes.before_step, after_step=evaluate_on_schedule)
-        index = refreshes.final_index()
+        self._train(hooks.progress, before_step=refresh_on_schedule, after_step=evaluate_on_schedule)
+        index = refreshes.final_index(self.step, self.index_snapshot_step)
         tallies = {HELD_OUT: self._evaluate(hooks, HELD_OUT)}
         if self.config.untrained_eval_examples:
             rows = self.untrained_rows(self.config.untrained_eval_examples)
