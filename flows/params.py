@@ -1,18 +1,15 @@
 """Typed parameters of every flow: pydantic models, so the Prefect UI renders them as forms.
 
-Defaults are the `default` run preset, the best recipe measured on a 2-core CPU (docs/measurements.md):
-the full vital corpus through the chain in under an hour with the 6-layer local MiniLM BERT
-(model preset `default`: bf16, no dropout; design §5b); retriever towers that start as the
-whole MiniLM sentence encoder (mean-pooled, PCA projection, no ICT steps); no pre-training
-steps in the main job (the stage's own defaults, which `realm train pretrain` and `realm
-reproduce` run, keep the retriever frozen while the fresh MLM head learns to read, then train
-the query tower for the second half, over queries of 64 and blocks of 128 wordpieces); fine-tuning on the shipped NQ, WebQuestions and
-CuratedTrec training questions; evaluation on the demo set and the shipped held-out tenths. `tiny` finishes
-in a few minutes on a few hundred blocks with a randomly initialised 2-layer model: it
-proves the plumbing, not the science. `gpu` is the full-size setting for a CUDA machine: the
-6-layer warm start, the paper's 96/288-wordpiece queries and blocks, ten times the steps, and
-each pre-training step's 256 joint sequences in one forward (docs/measurements.md, "Five times the
-pre-training, on a rented H100": 0.15 s a step, 6.3x micro-batches of 16 on the same card).
+Defaults are the `default` run preset, the best recipe measured on a 2-core CPU
+(docs/measurements.md, "The default run and its levers"): the vital corpus through the chain in
+under an hour with the 6-layer MiniLM BERT (model preset `bf16-6l`), retriever towers that
+start as the whole sentence encoder, no pre-training steps and no reader warm-up in the main
+job (`realm train pretrain|warmup` and `realm reproduce` run those stages at their own
+lengths), fine-tuning on the shipped NQ, WebQuestions and CuratedTrec training questions and
+evaluation on the demo set and the shipped held-out tenths. `tiny` proves the plumbing, not
+the science, in a few minutes with a random 2-layer model. `gpu` is the full-size setting for
+a CUDA machine: the paper's lengths, ten times the steps and each pre-training step's joint
+sequences in one forward.
 """
 
 from __future__ import annotations
@@ -129,14 +126,9 @@ class PipelineParams(BaseModel):
 
 
 def _default() -> PipelineParams:
-    """The main job within an hour on a 2-core CPU: the 6-layer model, no pre-training steps
-    (the stage still builds the index and publishes the starting encoder) and no reader
-    warm-up. Measured (docs/measurements.md): the 6-layer reader beats the 2-layer one that 1,000
-    pre-training steps of the `fast` preset would leave time for, and a 6-layer pre-training
-    step costs ~4.5 s, so the minutes go to fine-tuning; the cloze warm-up (6,000 questions,
-    ~14 min) did not raise exact match on the dev sets (mean 0.147 with it, 0.175 without,
-    paired p = 0.49), so the main job skips it. `realm train pretrain|warmup` and `realm
-    reproduce` run those stages at their own lengths."""
+    """The main job within an hour on a 2-core CPU: the 6-layer reader beats the 2-layer one that
+    pre-training steps would leave time for, and the cloze warm-up did not raise exact match
+    (docs/measurements.md, "The default run and its levers"), so neither runs here."""
     return PipelineParams(pretrain=PretrainParams(steps=0), warmup=ReaderWarmupParams(questions=0))
 
 
@@ -149,9 +141,8 @@ def _tiny() -> PipelineParams:
                       tower_layers=None, retrieval_pooling="cls", projection_init="random"),
         pretrain=PretrainParams(steps=30, batch_size=4, warmup_steps=3, checkpoint_every=10, refresh_every=10, heldout_examples=32,
                                 cached_doc_embeddings=False, retriever_frozen_steps=0),
-        # A random tiny model over 300 articles retrieves an answer-bearing block for few cloze
-        # questions: 200 of them over the default 20 candidates leave some to train on (64 over 5
-        # left none, and the scheduled tiny run failed).
+        # A random tiny model retrieves an answer for few cloze questions: 200 over 20 candidates
+        # leave some to train on, where fewer over 5 left none.
         warmup=ReaderWarmupParams(questions=200, batch_size=4, checkpoint_every=25),
         finetune=FinetuneParams(epochs=1, batch_size=4, checkpoint_every=25, num_candidates=5),
     )
@@ -162,8 +153,8 @@ def _gpu() -> PipelineParams:
     return PipelineParams(
         run=RunParams(model_preset="bf16-6l"),
         ict=IctParams(steps=3000, batch_size=128, warmup_steps=300, checkpoint_every=500, **lengths),
-        # The retriever trains in the second half: measured over 1,276 steps on an H100 (docs/measurements.md),
-        # p(z|x) kept 1.7-2.0 nats of entropy (ln 8 = 2.08) and p(null) stayed under 0.07.
+        # The retriever trains in the second half without collapsing p(z|x) (docs/measurements.md,
+        # "Retrieval that helps the masked LM").
         pretrain=PretrainParams(steps=3000, batch_size=32, warmup_steps=300, checkpoint_every=250, refresh_every=250,
                                 heldout_examples=1024, retriever_frozen_steps=1500, micro_batch=256, **lengths),
         warmup=ReaderWarmupParams(questions=20000, batch_size=32),

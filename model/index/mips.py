@@ -29,17 +29,15 @@ from realm.model.publish import MANIFEST_FILE, IntegrityError, latest_verified, 
 INDEX_FILE = "index.faiss"
 VECTORS_FILE = "vectors.npy"
 BLOCK_IDS_FILE = "block_ids.npy"
-# Design §5: exact search is fast enough below ~1M blocks (~400-640 queries/s at 1M here).
+# Exact search is fast enough below a million blocks (`bench/mips.py`).
 EXACT_SEARCH_MAX_BLOCKS = 1_000_000
 MAX_IVF_LISTS = 16384
 # Lists per corpus size: a corpus gets at most one list per 39 vectors (faiss's own floor
 # for k-means), so small corpora do not get near-empty lists.
 MIN_POINTS_PER_LIST = 39
 # The k-means sample, which may go below that floor: k-means costs sample × lists × dim per
-# iteration, and 24 points per list (393k samples at 16384 lists) trains in ~1 min here,
-# where 64 (the whole 1M) did not finish the 1M benchmark in 15 min (`bench/mips.py`: the
-# 13M build takes 4.3 min in all). The centroids only route the shortlist, which is
-# re-scored exactly.
+# iteration, and a larger sample makes large builds impractical (`bench/mips.py`); the
+# centroids only route the shortlist, which is re-scored exactly.
 TRAIN_POINTS_PER_LIST = 24
 
 
@@ -73,9 +71,8 @@ class IndexConfig:
 
 
 def ivf_nlist(count: int) -> int:
-    """IVF lists for `count` vectors: 16384 at >= ~640k (at 13M, nprobe 8 searches 108x
-    faster than exact; recall on `bench/mips.py`'s distribution in the README), scaled down
-    as a power of two so every list keeps >= 39 training points."""
+    """IVF lists for `count` vectors: MAX_IVF_LISTS for large corpora (speed and recall:
+    `bench/mips.py`), scaled down as a power of two so every list keeps enough training points."""
     return int(min(MAX_IVF_LISTS, 2 ** math.floor(math.log2(max(1, count // MIN_POINTS_PER_LIST)))))
 
 

@@ -1,10 +1,9 @@
 """The `bm25s` package, imported with JAX kept off the GPU: import bm25s through this module.
 
 bm25s runs a JAX top-k when it is imported wherever JAX is installed (`bm25s.selection`), and
-a first JAX computation on a CUDA machine preallocates 75% of the GPU's memory for JAX. On a
-rented H200 whose image ships JAX (docs/measurements.md, "At the paper's lengths, on a rented H200"), a
-pre-training process held 106 GiB of the card's 140, 0.4 of them PyTorch's, and ran out of
-memory beside a second process. Every process that reads blocks imports bm25s
+a first JAX computation on a CUDA machine preallocates most of the GPU's memory for JAX, so a
+training process on a machine whose image ships JAX runs out of memory beside a second one.
+Every process that reads blocks imports bm25s
 (the question-match feature uses its stop words), and BM25's top-k is CPU work, so JAX is
 pinned to the CPU here unless the user has chosen its platforms (`JAX_PLATFORMS`).
 """

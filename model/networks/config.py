@@ -36,8 +36,9 @@ class ModelConfig:
     fields below). `num_layers`: keep only the first N transformer layers (None: all of the
     warm start's layers; required for random init). `dropout` sets hidden and attention
     dropout; `hidden_dropout`, when set, the hidden states' alone (attention dropout forces
-    the slow attention path on CPU, ~2.3x a reader step, hidden dropout ~20%: `bench/reader_dropout.py`). `cpu_bf16_autocast`: run forward passes under bf16 autocast on CPU too (on CUDA
-    bf16 autocast is always on where the GPU supports it). `retrieval_pooling`: what a
+    the slow attention path on a CPU: `bench/reader_dropout.py`). `cpu_bf16_autocast`: run
+    forward passes under bf16 autocast on CPU too (on CUDA bf16 autocast is always on where
+    the GPU supports it). `retrieval_pooling`: what a
     retriever tower projects, the final [CLS] state or the mean of its tokens' states.
     `retrieval_scale`: None scores blocks by the inner product of the towers' projections
     (REALM's f(x,z)); a number s scales each projection to length √s, so f(x,z) = s · cos.
@@ -122,9 +123,8 @@ def _random_2l(model_dir: str | None) -> ModelConfig:
 def _bf16_6l(model_dir: str | None) -> ModelConfig:
     """The local 6-layer MiniLM BERT, dropout 0, bf16 autocast on CPU.
 
-    Trade: ~4x faster steps than `fp32-6l` on a CPU (design §5b: dropout's mask generation
-    is 14% of CPU time and attention dropout forces the slow attention path; bf16 doubles
-    matmul throughput) for no dropout regularisation and bf16 rounding in the forward pass.
+    Trade: faster steps than `fp32-6l` on a CPU (no dropout masks, no slow attention path,
+    bf16 matmuls) for no dropout regularisation and bf16 rounding in the forward pass.
     """
     return ModelConfig(model_dir=_warm_start_dir(model_dir), dropout=0.0, cpu_bf16_autocast=True)
 
@@ -132,8 +132,7 @@ def _bf16_6l(model_dir: str | None) -> ModelConfig:
 def _bf16_2l(model_dir: str | None) -> ModelConfig:
     """The first 2 layers of the local BERT, dropout 0, bf16 autocast on CPU.
 
-    Trade: ~3x faster again than `bf16-6l` (thousands of steps in one to three hours at short
-    lengths, design §5b) for a much shallower encoder and retriever.
+    Trade: faster again than `bf16-6l`, for a much shallower encoder and retriever.
     """
     return ModelConfig(model_dir=_warm_start_dir(model_dir), num_layers=2, dropout=0.0, cpu_bf16_autocast=True)
 
@@ -141,7 +140,7 @@ def _bf16_2l(model_dir: str | None) -> ModelConfig:
 def _fp32_6l(model_dir: str | None) -> ModelConfig:
     """The paper's regularisation and precision (dropout 0.1, fp32) on the local 6-layer BERT.
 
-    Trade: fidelity for speed; 36-150 steps/hour on this CPU (design §5b).
+    Trade: fidelity for speed.
     """
     return ModelConfig(model_dir=_warm_start_dir(model_dir), dropout=0.1, cpu_bf16_autocast=False)
 

@@ -4,9 +4,8 @@ glibc's malloc serves every request above its mmap threshold (at most 32 MB) wit
 `mmap` and unmaps it on free. A training step on the CPU allocates many such buffers and
 frees them within the step: each word-embedding gradient is a dense [30,522, 384] float32
 tensor (47 MB) built per padded-length group, the span scorer's activations are tens of MB,
-and every fresh page is zero-filled by the kernel on its first touch. Measured on the 2-core
-CPU, a fresh 47 MB `torch.zeros` takes ~12 ms against ~1 ms for one reused, and a
-fine-tuning step spends a tenth of its time so (`bench/host_memory.py`: 1.09-1.13x).
+and every fresh page is zero-filled by the kernel on its first touch, a share of a CPU step's
+time (`bench/host_memory.py`).
 
 `reuse_freed_memory` turns glibc's mmap path off and lets freed memory stay in the heap, so
 later steps get pages that are already mapped: what PyTorch's guide reaches by preloading

@@ -69,13 +69,10 @@ class BertInputs:
 
 
 # Answering pads a sequence to its length rounded up to a multiple of this, and reads only
-# sequences of the same padded length together. Attention's float sums change with how far a
-# row is padded, though not with which rows share its forward (measured: a row's SDPA outputs
-# are the same bits in any batch, not when it is padded further), so padding to a batch's
-# longest made answers depend on who else asked: over the 404 dev questions, 3 answers (8 with
-# the bf16 reader) and 142 evidence orders differed between batches of 16 and one at a time;
-# 0 (2) and 1 with this (`bench/batch_invariance.py`). Not to the bit: oneDNN picks some Linear
-# kernels by the number of rows (the 1,536-wide feed-forward output's sums differ for 48-256 rows).
+# sequences of the same padded length together: attention's float sums change with how far a
+# row is padded, not with which rows share its forward, so padding to a batch's longest made
+# answers depend on who else asked (`bench/batch_invariance.py`). Not to the bit: oneDNN picks
+# some Linear kernels by the number of rows.
 PAD_MULTIPLE = 32
 
 

@@ -2,7 +2,7 @@
 input feature (DrQA's, Chen et al. 2017), and the knowledge-augmented encoder's with the
 masked sentence as the question.
 
-A reader trained on ~1.4k questions learns which spans look like answers faster than it
+A reader trained on a few thousand questions learns which spans look like answers faster than it
 learns to align a question with the block through attention: it answered "1911" for the
 year Marie Curie *shared* the Nobel Prize in *Physics*, next to "shared the 1903 Nobel Prize
 in Physics". Marking the block's words that the question says gives that alignment as an

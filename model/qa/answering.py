@@ -198,8 +198,8 @@ class Answerer:
         """From a fine-tuning checkpoint `checkpoints/<step>/` (a reader, and the query tower
         when `index_path` is a dense index), a published index directory (`index/<step>/`, or
         a BM25 index) and the `blocks/` artifact. `bf16_reader`: the reader's BERT entirely in
-        bf16, its layer norms and residual sums too (~13% less CPU per question on AMX; 5 of
-        404 dev answers differ from autocast's, README Benchmarks); its span head stays float32."""
+        bf16, its layer norms and residual sums too (less CPU per question, a few answers differ
+        from autocast's); its span head stays float32."""
         device = device or select_device()
         components = load_components(checkpoint_dir, device)
         if "reader" not in components:

@@ -2,7 +2,7 @@
 
 The reader picks spans of the wrong kind from the right block ("five" for the largest ocean,
 "Eiffel Tower" for the engineer it is named after): what kind of thing a span names is
-evidence a 6-layer reader learns only from the ~1,440 training questions that have an answer
+evidence a reader learns only slowly from the few training questions that have an answer
 among their blocks. The corpus's entities are found once, in Beam (`realm.pipelines.entities`,
 `block_entities/`); here each body wordpiece inside one gets its label's id
 (`realm.model.networks.entity_types`), the first time its block is read, and the reader adds

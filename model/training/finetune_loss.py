@@ -123,8 +123,7 @@ def finetune_loss(
         [candidates.gold[i][c] for i in range(size) for c in slot_rows[i]]
     ).to(device)  # [batch * read, spans]
     # Read as answering reads: each block with those of its padded length, not all padded to the
-    # longest. Vital-article blocks are short (joint sequences ~80 wordpieces on average, the
-    # longest of a batch ~190), so one padded forward spent 58-65% of its positions on padding.
+    # longest (short blocks would spend most of a padded forward on padding).
     with autocast(device, model_config.cpu_bf16_autocast):
         span_logits = span_logits_by_length(reader, joint.to(device), spans.to(device))  # [batch * read, spans]
     joint_logits = joint_span_logits(

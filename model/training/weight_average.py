@@ -1,16 +1,14 @@
 """An exponential moving average of the weights being trained (Polyak averaging), which
 fine-tuning validates and publishes in place of the last step's weights.
 
-Fine-tuning sees ~1,440 questions in batches of 8: each step's weights carry that batch's
-noise, and the best of a few checkpoints is picked by 179 validation questions. An average
+Fine-tuning sees a few thousand questions in small batches: each step's weights carry that
+batch's noise, and the best of a few checkpoints is picked by few validation questions. An average
 of the steps' weights sits nearer the middle of where SGD wanders and generalises at least as
 well (Polyak & Juditsky 1992; Izmailov et al. 2018). The decay at update t is
 min(MAX_DECAY, (1 + t) / (3 + t)): each step i taken so far weighs in proportion to i + 2
 (Shamir & Zhang 2013's polynomial-decay averaging with eta = 1), so the average leans to the
-later steps and the freshly initialised span head's first steps fade out of it. Measured on
-two seeds (docs/measurements.md), it beat TensorFlow's `num_updates` ramp (1 + t) / (10 + t), which spans
-about the last tenth of the steps: the three dev sets' mean EM 0.206 / 0.145 against 0.188 /
-0.140.
+later steps and the freshly initialised span head's first steps fade out of it; it beat
+TensorFlow's `num_updates` ramp (docs/measurements.md, "A longer weight average").
 
 The average lives in float32 beside the parameters (one more copy of the trained weights) and
 is saved with each step checkpoint, so a resumed run averages on as an uninterrupted one would
