@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from realm.cli.main import with_overrides
+from realm.cli.settings import with_overrides
 from realm.flows.demo import evaluation_qa_paths, training_qa_paths
 from realm.model.networks.checkpoint import latest_checkpoint
 from realm.model.networks.config import ModelConfig

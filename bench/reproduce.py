@@ -1,6 +1,6 @@
 """The reproduction table: REALM vs ICT-only (ORQA) vs BM25 + reader, and the ablations.
 
-    python bench/reproduce.py --qa_dir ../shared/data/qa [--size default|gpu] [--output runs/reproduce]
+    python bench/reproduce.py --qa-dir ../shared/data/qa [--preset default|gpu] [--output runs/reproduce]
 
 Trains and evaluates every system of `realm.flows.reproduce` on the embedded vital corpus
 (train on the *.train.jsonl files, evaluate on nq.dev.jsonl and a held-out tenth of the other

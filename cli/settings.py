@@ -28,6 +28,7 @@ def pipeline_params(args: argparse.Namespace) -> tuple[PipelineParams, str]:
     the run preset's. A model preset other than the one the run's checkpoints were made with is
     refused in one line: they would load into no other."""
     from realm.flows.params import PipelineParams
+    from realm.model.networks.presets import current_model_preset
     from realm.schemas.run_layout import RunLayout
 
     layout = RunLayout.at(args.output)
@@ -51,24 +52,10 @@ def pipeline_params(args: argparse.Namespace) -> tuple[PipelineParams, str]:
 def record_presets(params: PipelineParams, run_preset: str) -> None:
     """Remember the run's presets as it starts (the run preset only if it records none yet), a
     model preset recorded under its old name under its name now."""
+    from realm.model.networks.presets import record_model_preset
     from realm.schemas.run_layout import RunLayout
 
-    layout = RunLayout.at(params.run.output)
-    recorded = layout.model_preset()
-    renamed = recorded if current_model_preset(recorded) == params.run.model_preset else None
-    layout.record_model_preset(params.run.model_preset, run_preset=run_preset, renamed_from=renamed)
-
-
-def current_model_preset(name: str | None) -> str | None:
-    """A recorded model preset's name now: runs recorded before the model presets were renamed
-    apart from the run presets hold the old names."""
-    from realm.flows.params import ModelPreset
-
-    if name is None or name in get_args(ModelPreset):
-        return name
-    from realm.model.networks.config import OLD_MODEL_PRESET_NAMES  # torch, for such a run only
-
-    return OLD_MODEL_PRESET_NAMES.get(name, name)
+    record_model_preset(RunLayout.at(params.run.output), params.run.model_preset, run_preset=run_preset)
 
 
 def with_stage_overrides(params: PipelineParams, assignments: list[str]) -> PipelineParams:

@@ -16,6 +16,7 @@ from prefect.cache_policies import NO_CACHE
 from realm.flows.caching import cached_in_run
 from realm.flows.demo import training_qa_paths
 from realm.schemas.leftovers import remove_leftovers
+from realm.model.networks.presets import record_model_preset
 from realm.schemas.run_layout import RunLayout
 from realm.flows.params import FinetuneParams, RunParams
 from realm.flows.reporting import TrainingReporter
@@ -95,7 +96,7 @@ def finetune_openqa(
 
     layout = RunLayout.at(run.output)
     remove_leftovers(layout.root)
-    layout.record_model_preset(run.model_preset)
+    record_model_preset(layout, run.model_preset)
     if params.retriever == "bm25":
         index_path = index_path or build_bm25_index(str(layout.root))
     else:

@@ -12,6 +12,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from realm.flows.caching import cached_in_run
 from realm.schemas.leftovers import remove_leftovers
+from realm.model.networks.presets import record_model_preset
 from realm.schemas.run_layout import RunLayout
 from realm.flows.params import IctParams, RunParams
 from realm.flows.reporting import TrainingReporter
@@ -51,6 +52,6 @@ def train_ict_stage(output: str, model_preset: str, params: IctParams, seed: int
 def ict_warm_start(run: RunParams = RunParams(), params: IctParams = IctParams()) -> dict:
     layout = RunLayout.at(run.output)
     remove_leftovers(layout.root)
-    layout.record_model_preset(run.model_preset)
+    record_model_preset(layout, run.model_preset)
     stage = cached_in_run(train_ict_stage, layout, reads=[layout.ict_examples], writes=[layout.checkpoints("ict")])
     return stage(str(layout.root), run.model_preset, params, run.seed, run.device)

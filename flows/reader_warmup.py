@@ -13,6 +13,7 @@ from prefect import flow, get_run_logger, task
 
 from realm.flows.caching import cached_in_run
 from realm.schemas.leftovers import remove_leftovers
+from realm.model.networks.presets import record_model_preset
 from realm.schemas.run_layout import RunLayout
 from realm.flows.params import ReaderWarmupParams, RunParams
 from realm.flows.reporting import TrainingReporter
@@ -66,7 +67,7 @@ def reader_warmup(
         return {"checkpoint": None, "step": 0}
     layout = RunLayout.at(run.output)
     remove_leftovers(layout.root)
-    layout.record_model_preset(run.model_preset)
+    record_model_preset(layout, run.model_preset)
     init_checkpoint = init_checkpoint or required(latest_checkpoint(layout.checkpoints("pretrain")), "pre-training checkpoint")
     index_path = index_path or required(latest_published(layout.index), "published index")
     stage = cached_in_run(

@@ -23,6 +23,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from realm.schemas.leftovers import remove_leftovers
+from realm.model.networks.presets import record_model_preset
 from realm.schemas.run_layout import RunLayout
 from realm.flows.params import PretrainParams, RunParams
 from realm.flows.reporting import TrainingReporter
@@ -82,7 +83,7 @@ def realm_pretrain(
     logger = get_run_logger()
     layout = RunLayout.at(run.output)
     remove_leftovers(layout.root)
-    layout.record_model_preset(run.model_preset)
+    record_model_preset(layout, run.model_preset)
     if init_retriever is None and (ict := latest_checkpoint(layout.checkpoints("ict"))) is not None:
         init_retriever = str(ict)
 

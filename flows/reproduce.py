@@ -21,7 +21,7 @@ A row whose training would repeat another's under the stages' settings is not tr
 table says which it repeats (`ReproduceParams.left_out_systems`; a `--systems` list names the
 rows, and one in it that would repeat is refused): with the retriever frozen for all of
 pre-training, REALM's retriever is ICT's, so the two retriever-swap ablations are the orqa and
-realm rows again; with the doc tower frozen (the `default` size caches doc
+realm rows again; with the doc tower frozen (the `default` preset caches doc
 vectors and trains only the query tower), no index is refreshed, so stale_index is the realm
 row again.
 

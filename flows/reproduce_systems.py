@@ -44,7 +44,9 @@ def pretrain_variant(variant: str, pretrain: PretrainParams, stale_factor: int) 
 
 class ReproduceParams(BaseModel):
     output: str = Field("runs/reproduce", description="root of every run the reproduction trains")
-    size: RunPreset = Field("default", description="stage sizes: tiny (plumbing), default (a CPU, hours), gpu (full size)")
+    preset: RunPreset = Field(
+        "default", description="the run preset sizing every stage: tiny (plumbing), default (a CPU, hours), gpu (full size)"
+    )
     qa_train: list[str] = Field(description="Open-QA training files (every dataset is fine-tuned on together)")
     qa_dev: list[str] = Field(default_factory=list, description="Open-QA evaluation files, e.g. nq.dev.jsonl")
     dev_fraction: float = Field(
@@ -61,15 +63,15 @@ class ReproduceParams(BaseModel):
         "results pair each system's seeds with the baseline's (realm compare over seeds)",
     )
     device: str | None = None
-    stages: PipelineParams | None = Field(None, description="every stage's parameters (default: the `size` preset)")
+    stages: PipelineParams | None = Field(None, description="every stage's parameters (default: the run preset's)")
 
     def effective_stages(self) -> PipelineParams:
-        """`stages`, else the `size` preset; the `default` preset's main job skips pre-training
+        """`stages`, else the run preset's; the `default` preset's main job skips pre-training
         steps, which the REALM rows need, so here they run at the pre-training stage's length."""
         if self.stages is not None:
             return self.stages
-        stages = PipelineParams.preset(self.size)
-        if self.size == "default":
+        stages = PipelineParams.preset(self.preset)
+        if self.preset == "default":
             stages.pretrain = PretrainParams()
         return stages
 

@@ -75,7 +75,7 @@ def trained_run(tmp_path, blocks_table, block_entities_table, tiny_config) -> Ru
     """A run root as the main job leaves it: blocks, the doc-tower snapshot of step 0 and the
     index it embedded (blocks cut to 64 wordpieces), a fine-tuned query tower and reader, the model preset."""
     layout = RunLayout.at(tmp_path / "run")
-    layout.record_model_preset("tiny")
+    layout.record_model_preset("random-2l")
     write_corpus(layout.blocks, blocks_table, block_entities_table)
     snapshot = layout.snapshots / "0"
     build_component(Embedder, tiny_config).save_pretrained(snapshot)

@@ -6,7 +6,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["realm.schemas", "realm.pipelines", "realm.model", "realm.flows", "realm.cli"]
+PACKAGES = [
+    "realm.schemas", "realm.pipelines", "realm.model", "realm.model.analysis", "realm.flows", "realm.cli", "realm.cli.commands",
+]
 
 
 def test_wheel_installs_and_each_package_imports_from_it(tmp_path):

@@ -30,7 +30,7 @@ def add_parser(commands) -> None:
 def evaluation_settings(args: argparse.Namespace):
     """The flow's (RunParams, EvaluateParams): the run's recorded model preset, the question
     files named (none: the flow's default sets, `realm.flows.evaluate.question_files`)."""
-    from realm.cli.settings import current_model_preset
+    from realm.model.networks.presets import current_model_preset
     from realm.flows.params import EvaluateParams, RunParams
     from realm.schemas.run_layout import RunLayout
 

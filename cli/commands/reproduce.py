@@ -19,10 +19,9 @@ from realm.flows.params import RunPreset
 if TYPE_CHECKING:
     from realm.flows.reproduce_systems import ReproduceParams
 
-# Each `realm reproduce` option that is a `ReproduceParams` field, by its argparse name, and the
-# field's name; passed on only when given, so that each default is the field's.
-REPRODUCE_FIELDS = {"output": "output", "preset": "size", "seed": "seed", "seeds": "seeds", "device": "device",
-                    "systems": "systems"}
+# The `realm reproduce` options that are `ReproduceParams` fields of the same name, passed on only
+# when given, so that each default is the field's.
+REPRODUCE_FIELDS = ("output", "preset", "seed", "seeds", "device", "systems")
 
 
 def add_parser(commands) -> None:
@@ -67,7 +66,7 @@ def reproduce_params(args: argparse.Namespace) -> ReproduceParams:
     if not qa_train:
         raise SystemExit("realm reproduce: no training questions (pass --qa-dir or --qa-train)")
     read_question_files(qa_train + qa_dev)
-    given = {field: getattr(args, name) for name, field in REPRODUCE_FIELDS.items() if getattr(args, name) is not None}
+    given = {name: getattr(args, name) for name in REPRODUCE_FIELDS if getattr(args, name) is not None}
     try:
         return ReproduceParams(qa_train=qa_train, qa_dev=qa_dev, **given)
     except ValidationError as error:

@@ -46,7 +46,7 @@ def require_predictions(run_roots: list[str], tables: list[dict[str, list[dict]]
 
 
 def no_predictions(root: str) -> str:
-    return f"{RunLayout.at(root).predictions}: no predictions (run `realm evaluate --run {root} --qa ...` first)"
+    return f"{RunLayout.at(root).predictions}: no predictions (run `realm evaluate --run {root}` first)"
 
 
 def shared_stems(run_roots: list[str], tables: list[dict[str, list[dict]]], what: str) -> list[str]:

@@ -11,15 +11,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal, TypeVar, get_args
 
 import torch
 import transformers
 from transformers import BertConfig, PreTrainedModel
 
-from realm.model.networks.presets import ModelPreset
+from realm.model.networks.presets import ModelPreset, current_model_preset
 from realm.model.tokenization import WordPieceTokenizer, default_model_dir, load_tokenizer
 from realm.schemas import EMBEDDING_DIM
 
@@ -65,10 +65,10 @@ class ModelConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides) -> ModelConfig:
-        """A named preset (see `PRESETS`; an old name in `OLD_MODEL_PRESET_NAMES` too), with any
+        """A named preset (see `PRESETS`; an old name too, `presets.OLD_MODEL_PRESET_NAMES`), with any
         field overridden. A `model_dir` given here is used as given: the MiniLM package is looked
         up only when none is, so a machine without it builds the preset from a copy of its weights."""
-        name = OLD_MODEL_PRESET_NAMES.get(name, name)
+        name = current_model_preset(name)
         if name not in PRESETS:
             raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
         return dataclasses.replace(PRESETS[name](overrides.get("model_dir")), **overrides)
@@ -149,8 +149,6 @@ def _fp32_6l(model_dir: str | None) -> ModelConfig:
 PRESETS: dict[str, Callable[[str | None], ModelConfig]] = {
     name: globals()["_" + name.replace("-", "_")] for name in get_args(ModelPreset)
 }
-# The names runs recorded before the model presets were renamed apart from the run presets.
-OLD_MODEL_PRESET_NAMES = {"tiny": "random-2l", "default": "bf16-6l", "fast": "bf16-2l", "paper": "fp32-6l"}
 
 
 def load_pretrained(component_cls: type[ComponentT], path: str | os.PathLike, **kwargs) -> ComponentT:

@@ -65,7 +65,7 @@ def index_other_corpus(
     if length is None:
         raise ValueError(
             f"{trained.index} records no block length (built before lineage was recorded); pass the run's "
-            "pre-training max_block_wordpieces (--max_block_wordpieces)"
+            "pre-training block length (realm index --max-block-wordpieces)"
         )
     if recorded_length is not None and max_block_wordpieces not in (None, recorded_length):
         raise ValueError(f"{trained.index} was embedded at {recorded_length} wordpieces a block, not {max_block_wordpieces}")

@@ -44,7 +44,7 @@ def test_a_model_preset_other_than_the_runs_is_refused_naming_the_one_it_was_mad
 
 def test_a_run_recorded_under_a_model_presets_old_name_goes_on_under_its_name_now(tmp_path):
     from realm.cli.settings import record_presets
-    from realm.model.networks.config import OLD_MODEL_PRESET_NAMES
+    from realm.model.networks.presets import OLD_MODEL_PRESET_NAMES
 
     old = next(name for name, now in OLD_MODEL_PRESET_NAMES.items() if now == TINY)
     RunLayout.at(tmp_path).record_model_preset(old)

@@ -40,7 +40,7 @@ from realm.schemas import ARTIFACTS, read_table
 from realm.schemas.leftovers import owner_pid
 
 PREPARED = ["documents", "blocks", "pretrain_examples", "ict_examples", "dead_letter"]
-PREPARE = ["prepare", "--corpus", "vital", "--limit", "60", "--direct_num_workers=1", "--direct_running_mode=in_memory"]
+PREPARE = ["prepare", "--corpus", "vital", "--limit", "60", "--beam-args", "--direct_num_workers=1 --direct_running_mode=in_memory"]
 CHECKPOINT_EVERY = 2
 
 

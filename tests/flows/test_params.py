@@ -3,7 +3,7 @@ import typing
 
 import pytest
 
-from realm.cli.main import with_overrides
+from realm.cli.settings import with_overrides
 from realm.flows.finetune_openqa import finetune_openqa
 from realm.flows.ict_warm_start import ict_warm_start
 from realm.flows.params import FinetuneParams, IctParams, PipelineParams, PretrainParams, ReaderWarmupParams

@@ -49,7 +49,7 @@ def test_a_sentence_encoder_start_runs_through_pretraining_fine_tuning_and_evalu
     (fine-tuning starts from pre-training's checkpoint); the fine-tuned query tower keeps its
     depth and pooling, so questions meet the index they must."""
     params = tiny_params(run_root)
-    params.ict = params.ict.model_copy(update={"steps": 0, "tower_layers": 3, "tower_pooling": "mean"})
+    params.ict = params.ict.model_copy(update={"steps": 0, "tower_layers": 3, "retrieval_pooling": "mean"})
     params.pretrain = params.pretrain.model_copy(
         update={"cached_doc_embeddings": True, "retriever_frozen_steps": 6, "untrained_eval_examples": 8}
     )

@@ -84,7 +84,7 @@ def test_only_rows_left_out_of_the_default_systems_are_named_as_not_trained(tmp_
     assert "stale_index" in named.repeated_systems()
 
 
-def test_the_default_size_trains_every_row_but_the_stale_index():
+def test_the_default_preset_trains_every_row_but_the_stale_index():
     # Pre-training trains the query tower in its second half, over cached doc vectors: the
     # retriever-swap ablations differ from their rows, and no index is refreshed to be stale.
     assert ReproduceParams(qa_train=["train.jsonl"]).effective_systems() == [s for s in SYSTEMS if s != "stale_index"]

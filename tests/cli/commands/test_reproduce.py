@@ -31,4 +31,4 @@ def test_reproduce_leaves_each_unset_option_at_the_parameters_default_and_prints
     assert json.loads(out[-1])["bm25"]["nq"]["seeds"] == [3]
     assert main(["reproduce", "--qa-train", str(questions), "--output", "elsewhere", "--seed", "2", "--seeds", "2",
                  "--preset", "tiny"]) == 0
-    assert (seen[1].output, seen[1].seed, seen[1].seeds, seen[1].size) == ("elsewhere", 2, 2, "tiny")
+    assert (seen[1].output, seen[1].seed, seen[1].seeds, seen[1].preset) == ("elsewhere", 2, 2, "tiny")

@@ -7,7 +7,8 @@ import torch
 from transformers import BertModel
 
 from realm.model.networks import config as config_module
-from realm.model.networks.config import OLD_MODEL_PRESET_NAMES, PRESETS, ModelConfig
+from realm.model.networks.config import PRESETS, ModelConfig
+from realm.model.networks.presets import OLD_MODEL_PRESET_NAMES
 from realm.model.networks.inputs import block_sequence, pad_batch
 from realm.model.networks.retriever import Embedder, build_retriever, fit_projection_pca, relevance_scores
 from realm.model.tokenization import default_model_dir, join
