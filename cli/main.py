@@ -14,10 +14,9 @@ import logging
 import os
 import sys
 
+from realm.cli import stopping
 from realm.cli.commands import ask, compare, evaluate, index, info, prepare, reproduce, run, serve, train
 from realm.cli.options import RealmParser
-# Imported from here by tests/flows/test_params.py and bench/pretrain_at_scale.py.
-from realm.cli.settings import with_overrides  # noqa: F401
 
 # The ephemeral Prefect server's telemetry writes race the first flow run for the SQLite lock
 # ("database is locked" tracebacks), and there is no network to send it to anyway.
@@ -75,6 +74,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def cli() -> int:
+    """The `realm` console command: `main` on the command line, stopped within seconds by
+    SIGTERM or Ctrl-C with the shell's status for the signal (`realm.cli.stopping`)."""
+    stopping.install()
+    try:
+        return main()
+    except stopping.Stopped as stop:
+        print(f"realm: stopped by {stop}; the same command again resumes from the last checkpoint", file=sys.stderr)
+        return stopping.exit_status(stop.signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -106,4 +116,4 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from prefect.server.api.server import SubprocessASGIServer
@@ -82,9 +83,8 @@ def write_record(server_pid: int, port: int) -> Path | None:
     return path
 
 
-def stop_orphaned_servers() -> list[dict]:
-    """Stop every recorded server whose realm process is gone; returns their records."""
-    stopped = []
+def _records() -> Iterator[tuple[Path, dict, tuple[int, int], tuple[int, int]]]:
+    """(path, record, owner, server) of every readable record; (pid, start time) identify a process."""
     for path in sorted(records_dir().glob("*.json")):
         try:
             record = json.loads(path.read_text())
@@ -93,6 +93,22 @@ def stop_orphaned_servers() -> list[dict]:
         except (OSError, ValueError, KeyError, TypeError):
             path.unlink(missing_ok=True)  # unreadable: it identifies no process
             continue
+        yield path, record, owner, server
+
+
+def stop_own_servers() -> None:
+    """Stop the servers this process started, for an exit that skips Prefect's own exit handlers."""
+    for path, _, owner, server in _records():
+        if owner == (os.getpid(), start_time(os.getpid())):
+            if _alive(*server):
+                _stop(*server)
+            path.unlink(missing_ok=True)
+
+
+def stop_orphaned_servers() -> list[dict]:
+    """Stop every recorded server whose realm process is gone; returns their records."""
+    stopped = []
+    for path, record, owner, server in _records():
         if _alive(*owner):
             continue
         if _alive(*server):

@@ -59,6 +59,15 @@ FINETUNE = [*_train("finetune", "epochs=0.5", "batch_size=2", "retriever=bm25"),
 STEPS = 4
 # How long after its trigger a kill may come: a few steps of the tiny preset.
 MAX_DELAY_S = 1.5
+# The whole chain, pre-training STEPS steps with a refresh every 2 (ICT, the warm-up and
+# fine-tuning publish their starts; evaluation answers 41 questions).
+RUN = ["run", "--preset", "tiny", "--steps", str(STEPS), "--beam-args", "--direct_num_workers=1 --direct_running_mode=in_memory",
+       *[arg for setting in ["prepare.limit=60", "ict.steps=0", "pretrain.batch_size=2", "pretrain.heldout_examples=8",
+                             "pretrain.refresh_every=2", f"pretrain.checkpoint_every={CHECKPOINT_EVERY}", "pretrain.log_every=1",
+                             "warmup.questions=0", "finetune.epochs=0", f"evaluate.qa={json.dumps([str(DATA_DIR / 'qa' / 'ct.heldout.jsonl')])}"]
+         for arg in ("--param", setting)]]
+# How soon a stopped command must have exited (`realm.cli.stopping.GRACE_S` and the exit itself).
+STOPPED_WITHIN_S = 15
 
 
 def _output(argv: list[str], run: Path) -> list[str]:
@@ -93,6 +102,18 @@ def _kill(process: subprocess.Popen, delay_s: float, what: str) -> str:
     return what
 
 
+def _stop(process: subprocess.Popen, delay_s: float, what: str) -> str:
+    """SIGTERM, as a scheduler or `timeout` sends it: the command ends within seconds, with the shell's status for it."""
+    time.sleep(delay_s)
+    assert process.poll() is None, f"the process ended before the stop point ({what})"
+    process.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    status = process.wait(timeout=60)
+    assert time.monotonic() - sent < STOPPED_WITHIN_S, f"still running {time.monotonic() - sent:.0f} s after SIGTERM ({what})"
+    assert status == 128 + signal.SIGTERM, what
+    return what
+
+
 def _start(argv: list[str], env: dict, log: Path) -> subprocess.Popen:
     with log.open("w") as stderr:
         return subprocess.Popen([sys.executable, "-m", "realm.cli.main", *argv], env=env, stdout=subprocess.DEVNULL, stderr=stderr)
@@ -109,8 +130,9 @@ def kill_prepare(run: Path, env: dict, seed: int, tmp_path: Path) -> str:
     return _kill(process, delay, f"{delay:.2f} s into the pipeline")
 
 
-def kill_training(argv: list[str], stage: str, run: Path, env: dict, seed: int, tmp_path: Path) -> str:
-    """`argv` killed a delay drawn from `seed` after the log shows step 1 + seed mod (STEPS − 1)."""
+def kill_training(argv: list[str], stage: str, run: Path, env: dict, seed: int, tmp_path: Path, end=_kill) -> str:
+    """`argv` killed (or ended otherwise, by `end`) a delay drawn from `seed` after the log shows
+    step 1 + seed mod (STEPS − 1)."""
     step, delay = 1 + seed % (STEPS - 1), random.Random(seed).uniform(0, MAX_DELAY_S)
     log = tmp_path / "killed.log"
     process = _start(_output(argv, run), env, log)
@@ -118,7 +140,7 @@ def kill_training(argv: list[str], stage: str, run: Path, env: dict, seed: int, 
     while not shown.search(log.read_text()):
         assert process.poll() is None, log.read_text()[-3000:]
         time.sleep(0.02)
-    return _kill(process, delay, f"{delay:.2f} s after step {step}")
+    return end(process, delay, f"{delay:.2f} s after step {step}")
 
 
 def run_in_process(argv: list[str], run: Path) -> None:
@@ -217,6 +239,22 @@ def test_training_killed_and_resumed_equals_an_uninterrupted_run(
     case, uninterrupted, prepared_corpus, tmp_path_factory, tmp_path, same_temp_folder
 ):
     _training_case(case, uninterrupted, prepared_corpus, tmp_path_factory, tmp_path, seed=0)
+
+
+def test_the_whole_chain_stopped_by_sigterm_exits_within_seconds_and_resumes_like_an_uninterrupted_run(
+    uninterrupted, prepared_corpus, tmp_path_factory, tmp_path, same_temp_folder
+):
+    """`realm run` told to stop mid pre-training (with refreshes in flight) exits within seconds,
+    its own Prefect server stopped, and the same command then finishes with the losses of a run
+    never stopped."""
+    reference = _uninterrupted(uninterrupted, "run", RUN, prepared_corpus, tmp_path_factory)
+    run = tmp_path / "run"
+    shutil.copytree(prepared_corpus, run)
+    stop_point = kill_training(RUN, "pretrain", run, _env(tmp_path, own_server=True), 0, tmp_path, end=_stop)
+    assert "\nrealm: stopped by SIGTERM; the same command again resumes" in (tmp_path / "killed.log").read_text(), stop_point
+    assert list(prefect_server.records_dir().glob("*.json")) == [], stop_point
+    run_in_process(RUN, run)
+    assert_resumed_like_uninterrupted("pretrain", run, reference, f"stopped {stop_point}")
 
 
 @pytest.mark.slow
