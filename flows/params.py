@@ -153,10 +153,13 @@ def _gpu() -> PipelineParams:
     return PipelineParams(
         run=RunParams(model_preset="bf16-6l"),
         ict=IctParams(steps=3000, batch_size=128, warmup_steps=300, checkpoint_every=500, **lengths),
-        # The retriever trains in the second half without collapsing p(z|x) (docs/measurements.md,
+        # REALM as the paper trains it: both towers learn (the doc tower through the retrieved
+        # candidates) and the index is rebuilt every few hundred steps while training goes on. The
+        # towers train in the second half without collapsing p(z|x) (docs/measurements.md,
         # "Retrieval that helps the masked LM").
         pretrain=PretrainParams(steps=3000, batch_size=32, warmup_steps=300, checkpoint_every=250, refresh_every=250,
-                                heldout_examples=1024, retriever_frozen_steps=1500, micro_batch=256, **lengths),
+                                cached_doc_embeddings=False, heldout_examples=1024, retriever_frozen_steps=1500,
+                                micro_batch=256, **lengths),
         warmup=ReaderWarmupParams(questions=20000, batch_size=32),
         finetune=FinetuneParams(epochs=10, batch_size=32, checkpoint_every=200),
     )
