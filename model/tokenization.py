@@ -8,7 +8,9 @@ pre-training queries 96, Open-QA questions 64.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.metadata
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +48,7 @@ class WordPieceTokenizer:
         elif (model_dir / "vocab.txt").exists():
             from tokenizers.implementations import BertWordPieceTokenizer
 
-            self._tok = BertWordPieceTokenizer(str(model_dir / "vocab.txt"), lowercase=True)
+            self._tok = BertWordPieceTokenizer(str(model_dir / "vocab.txt"), lowercase=_lowercases(model_dir))
         else:
             raise FileNotFoundError(f"{model_dir}: neither tokenizer.json nor vocab.txt found")
         self._tok.no_truncation()
@@ -58,6 +60,13 @@ class WordPieceTokenizer:
         self.mask_id = self._special("[MASK]")
         self.unk_id = self._special("[UNK]")
         self.vocab_size = self._tok.get_vocab_size()
+
+    @functools.cached_property
+    def vocabulary_sha256(self) -> str:
+        """sha256 of the vocabulary's tokens in id order, one a line: the same vocabulary read from
+        `vocab.txt` or `tokenizer.json` is the same, so blocks cut with it are valid ids for a model."""
+        tokens = sorted(self._tok.get_vocab().items(), key=lambda item: item[1])
+        return hashlib.sha256("\n".join(token for token, _ in tokens).encode("utf-8")).hexdigest()
 
     def _special(self, token: str) -> int:
         token_id = self._tok.token_to_id(token)
@@ -80,6 +89,18 @@ class WordPieceTokenizer:
 
     def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
         return [self._tok.id_to_token(i) for i in ids]
+
+
+def _lowercases(model_dir: Path) -> bool:
+    """Whether a `vocab.txt`-only tokenizer lowercases: its `tokenizer_config.json`'s
+    `do_lower_case`, else True (uncased, as bert-base-uncased and MiniLM are)."""
+    config = model_dir / "tokenizer_config.json"
+    if not config.is_file():
+        return True
+    try:
+        return bool(json.loads(config.read_text()).get("do_lower_case", True))
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return True
 
 
 @functools.lru_cache(maxsize=4)

@@ -64,13 +64,17 @@ class ModelConfig:
     vocab_size: int = 30522
 
     @classmethod
-    def preset(cls, name: str, **overrides) -> ModelConfig:
+    def preset(cls, name: str, bert_dir: str | None = None, **overrides) -> ModelConfig:
         """A named preset (see `PRESETS`; an old name too, `presets.OLD_MODEL_PRESET_NAMES`), with any
         field overridden. A `model_dir` given here is used as given: the MiniLM package is looked
-        up only when none is, so a machine without it builds the preset from a copy of its weights."""
+        up only when none is, so a machine without it builds the preset from a copy of its weights.
+        `bert_dir`: the BERT a run starts from (`realm run --bert DIR`, recorded in its run.json),
+        None for the preset's own; every preset warm-starts from it, `random-2l` its first 2 layers."""
         name = current_model_preset(name)
         if name not in PRESETS:
             raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
+        if bert_dir is not None:
+            overrides = {"model_dir": bert_dir, **overrides}
         return dataclasses.replace(PRESETS[name](overrides.get("model_dir")), **overrides)
 
     def bert_config(self) -> BertConfig:
@@ -178,16 +182,27 @@ def build_component(component_cls: type[ComponentT], config: ModelConfig) -> Com
             attn_implementation="sdpa",
             output_loading_info=True,
         )
-        if info["missing_keys"]:
-            # "cls.predictions.transform.dense.weight" -> "cls.predictions": name heads, not tensors.
-            heads = sorted({".".join(key.split(".")[:-1][:2]) for key in info["missing_keys"]})
-            log.info(
-                "%s: %s has no weights for %s; freshly initialised",
-                component_cls.__name__,
-                config.model_dir,
-                ", ".join(heads),
-            )
+        _log_heads(model, config.model_dir, info["missing_keys"])
     return model
+
+
+def _log_heads(model: PreTrainedModel, model_dir: str, missing_keys) -> None:
+    """One line naming the heads (modules beside the BERT body) the warm start held and those it
+    lacked, freshly initialised: what a run starts from (a BertForMaskedLM's MLM head, or none)."""
+
+    def head(key: str) -> str:
+        # "cls.predictions.transform.dense.weight" -> "cls.predictions": name heads, not tensors.
+        return ".".join(key.split(".")[:-1][:2])
+
+    body = model.base_model_prefix + "."
+    fresh = {head(key) for key in missing_keys if not key.startswith(body)}
+    loaded = {head(key) for key in model.state_dict() if not key.startswith(body)} - fresh
+    body_fresh = sorted({head(key) for key in missing_keys if key.startswith(body)})
+    log.info(
+        "%s: from %s, loaded %s; freshly initialised: %s",
+        type(model).__name__, model_dir, ", ".join(["the BERT body", *sorted(loaded)]),
+        ", ".join(body_fresh + sorted(fresh)) or "nothing",
+    )
 
 
 def set_transformers_verbosity_error() -> None:

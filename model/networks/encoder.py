@@ -51,7 +51,9 @@ def masked_target_log_likelihood(
 
 
 def build_encoder(config: ModelConfig) -> KnowledgeAugmentedEncoder:
-    """Warm start keeps the MLM head when the checkpoint has one (MiniLM's has not)."""
+    """Warm start keeps the MLM head when the directory has one (a BertForMaskedLM's: its
+    transform and decoder bias, the decoder weight tied to the input embedding); MiniLM's has
+    none, so it starts fresh. `build_component` logs which."""
     encoder = build_component(KnowledgeAugmentedEncoder, config)
     _draw_as_the_removed_modules(encoder.config.hidden_size, warm_started=config.model_dir is not None)
     return encoder

@@ -72,3 +72,32 @@ def test_a_seeded_encoder_leaves_the_generator_where_the_encoder_with_the_remove
     torch.manual_seed(0)
     build_encoder(tiny_config)
     assert torch.rand(2).tolist() == [0.26354390382766724, 0.12684398889541626]
+
+
+def test_an_encoder_started_from_a_bert_for_masked_lm_starts_with_exactly_its_mlm_head(tmp_path, caplog):
+    """`--bert DIR` of a BertForMaskedLM: the encoder's MLM head (transform, decoder bias) and its
+    BERT body are the saved tensors, the decoder tied to the input embedding, and the log names
+    the head as loaded; the towers and the reader take the same BERT body."""
+    from transformers import BertForMaskedLM
+
+    from realm.model.networks.config import ModelConfig
+    from realm.model.networks.reader import build_reader
+    from realm.model.networks.retriever import build_retriever
+    from tests.bert_fixture import save_tiny_bert
+
+    saved_dir = save_tiny_bert(tmp_path / "bert")
+    saved = BertForMaskedLM.from_pretrained(saved_dir).state_dict()
+    config = ModelConfig.preset("random-2l", bert_dir=str(saved_dir))
+    with caplog.at_level("INFO", logger="realm.model.networks.config"):
+        encoder = build_encoder(config)
+    head = {name: tensor for name, tensor in encoder.state_dict().items() if name.startswith("cls.")}
+    assert {"cls.predictions.transform.dense.weight", "cls.predictions.bias"} <= head.keys()
+    for name, tensor in {**head, "bert.encoder.layer.1.output.dense.weight": None}.items():
+        assert torch.equal(encoder.state_dict()[name], saved[name]), name
+    assert encoder.cls.predictions.decoder.weight is encoder.bert.embeddings.word_embeddings.weight
+    assert "KnowledgeAugmentedEncoder: from" in caplog.text and "cls.predictions; freshly initialised: nothing" in caplog.text
+    body = saved["bert.embeddings.word_embeddings.weight"]
+    retriever = build_retriever(config)
+    for bert in (retriever.query_embedder.bert, retriever.doc_embedder.bert, build_reader(config).bert):
+        assert torch.equal(bert.embeddings.word_embeddings.weight, body)
+    assert config.tokenizer().vocab_size == len(body)
