@@ -56,6 +56,12 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         help="the model every component is built with (default: the one the run at --output was made with, else the "
         "run preset's); a run keeps one, its checkpoints load into no other",
     )
+    parser.add_argument(
+        "--bert", metavar="DIR",
+        help="Hugging Face BERT directory (save_pretrained: config.json, weights, vocab.txt; e.g. bert-base-uncased) the "
+        "towers, encoder and reader start from, a BertForMaskedLM's MLM head too, its vocabulary cutting every "
+        "wordpiece (default: the one the run at --output was made with, else the model preset's own); a run keeps one",
+    )
     parser.add_argument("--device", help="torch device (default: CUDA when present, else CPU)")
     parser.add_argument("--seed", type=int, help="seed of every stage (default: the run preset's, 0)")
 

@@ -28,6 +28,8 @@ def run_info(root: str | Path) -> dict:
     info = {
         "run": str(layout.root),
         "model_preset": layout.model_preset(),
+        "bert": _bert(layout.bert_dir()),
+        "vocabulary": layout.prepared_vocabulary(),
         "prepare": _prepare_summary(layout.root / "summary" / "prepare.json"),
         "stages": {stage: _stage(Path(layout.checkpoints(stage))) for stage in STAGES},
         "indexes": {},
@@ -48,6 +50,18 @@ def run_info(root: str | Path) -> dict:
         if not trained.index.is_relative_to(layout.root) and (trained.index / MANIFEST_FILE).is_file():
             info["indexes"][str(trained.index)] = _index(trained.index)
     return info
+
+
+def _bert(bert_dir: str | None) -> dict | None:
+    """The BERT directory the run starts from (`--bert`) and its weights' sha256, hashed now
+    (streamed; a run records the path, so a directory changed since shows another digest)."""
+    from realm.model.networks.bert_dir import weights_sha256
+
+    if bert_dir is None:
+        return None
+    if not Path(bert_dir).is_dir():
+        return {"dir": bert_dir, "missing": f"{bert_dir}: no such directory"}
+    return {"dir": bert_dir, "weights_sha256": weights_sha256(bert_dir)}
 
 
 def _prepare_summary(path: Path) -> dict | None:
@@ -108,6 +122,13 @@ def _relative(path: Path, layout: RunLayout) -> str:
 
 def format_info(info: dict) -> str:
     lines = [f"run {info['run']} (model preset {info['model_preset'] or 'not recorded'})"]
+    bert = info["bert"]
+    if bert is None:
+        lines.append("bert: the model preset's own")
+    else:
+        lines.append(f"bert: {bert['dir']} (" + (bert.get("missing") or f"weights sha256 {bert['weights_sha256']}") + ")")
+    if info["vocabulary"]:
+        lines.append(f"vocabulary: blocks cut with {info['vocabulary'].get('source')} (sha256 {info['vocabulary']['sha256'][:12]})")
     prepare = info["prepare"]
     if prepare is None:
         lines.append("prepare: no summary/prepare.json")

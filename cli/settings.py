@@ -26,7 +26,8 @@ def pipeline_params(args: argparse.Namespace) -> tuple[PipelineParams, str]:
     The run preset is the one given, else the one the run was started with, else `default`;
     the model preset the one given, else (no run preset given) the run's recorded one, else
     the run preset's. A model preset other than the one the run's checkpoints were made with is
-    refused in one line: they would load into no other."""
+    refused in one line: they would load into no other. The BERT directory (`--bert`) is the one
+    given, checked, else the run's recorded one; another than the run's is refused too."""
     from realm.flows.params import PipelineParams
     from realm.model.networks.presets import current_model_preset
     from realm.schemas.run_layout import RunLayout
@@ -42,6 +43,7 @@ def pipeline_params(args: argparse.Namespace) -> tuple[PipelineParams, str]:
     if recorded is not None and params.run.model_preset != recorded:
         raise SystemExit(f"realm {args.command}: {args.output} was made with model preset {recorded!r}; "
                          f"pass --model-preset {recorded} or a new --output")
+    params.run.bert_dir = bert_dir(args, layout)
     if args.device:
         params.run.device = args.device
     if args.seed is not None:
@@ -49,13 +51,34 @@ def pipeline_params(args: argparse.Namespace) -> tuple[PipelineParams, str]:
     return params, run_preset
 
 
+def bert_dir(args: argparse.Namespace, layout) -> str | None:
+    """`--bert` checked and made absolute, else the run's recorded one; SystemExit in one line for a
+    directory that is not a BERT, or not the one the run was made with."""
+    from realm.model.networks.bert_dir import BertDirError, check_bert_dir
+    from realm.schemas.run_layout import bert_text
+
+    recorded = layout.bert_dir() if layout.model_preset() is not None else None
+    if not getattr(args, "bert", None):
+        return recorded
+    try:
+        given = check_bert_dir(args.bert)
+    except BertDirError as error:
+        raise SystemExit(f"realm {args.command}: --bert {error}") from None
+    if layout.model_preset() is not None and given != recorded:
+        raise SystemExit(f"realm {args.command}: {args.output} was made with {bert_text(recorded)}; pass "
+                         f"{'--bert ' + recorded if recorded else 'no --bert'} or a new --output")
+    return given
+
+
 def record_presets(params: PipelineParams, run_preset: str) -> None:
-    """Remember the run's presets as it starts (the run preset only if it records none yet), a
-    model preset recorded under its old name under its name now."""
+    """Remember the run's presets and BERT as it starts (the run preset only if it records none
+    yet), a model preset recorded under its old name under its name now. The prepared vocabulary
+    is checked by each training stage as it starts: `realm run` prepares again with its BERT first."""
     from realm.model.networks.presets import record_model_preset
     from realm.schemas.run_layout import RunLayout
 
-    record_model_preset(RunLayout.at(params.run.output), params.run.model_preset, run_preset=run_preset)
+    record_model_preset(RunLayout.at(params.run.output), params.run.model_preset, run_preset=run_preset,
+                        bert_dir=params.run.bert_dir, check_vocabulary=False)
 
 
 def with_stage_overrides(params: PipelineParams, assignments: list[str]) -> PipelineParams:

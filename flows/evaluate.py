@@ -27,7 +27,7 @@ from realm.flows.params import EvaluateParams, RunParams
 @task(name="realm-evaluate-qa", cache_policy=NO_CACHE)
 def evaluate_qa(
     output: str, model_preset: str, qa_files: list[str], params: EvaluateParams, device: str | None,
-    checkpoint: str, index_path: str,
+    checkpoint: str, index_path: str, bert_dir: str | None = None,
 ) -> dict[str, dict]:
     from realm.model.qa.answering import Answerer
     from realm.model.networks.config import ModelConfig
@@ -41,7 +41,7 @@ def evaluate_qa(
     logger = get_run_logger()
     layout = RunLayout.at(output)
     answerer = Answerer.from_checkpoint(
-        checkpoint, index_path, layout.blocks, ModelConfig.preset(model_preset), device=select_device(device)
+        checkpoint, index_path, layout.blocks, ModelConfig.preset(model_preset, bert_dir=bert_dir), device=select_device(device)
     )
     examples = [example for path in qa_files for example in read_qa_file(path)]
     logger.info("answering %d questions from %s", len(examples), ", ".join(qa_files))
@@ -113,6 +113,7 @@ def evaluate(run: RunParams = RunParams(), params: EvaluateParams = EvaluatePara
     stage = cached_in_run(evaluate_qa, layout, reads=reads, writes=[answered.predictions], code="realm")
     metrics = stage(
         str(answered.root), trained.model_preset, qa_files, params, run.device, str(trained.checkpoint), str(trained.index),
+        trained.bert_dir,
     )
     _publish(metrics, answered)
     return metrics

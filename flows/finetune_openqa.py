@@ -40,7 +40,7 @@ def train_finetune_stage(
     with layout.training_lock():
         trainer = FinetuneTrainer(
             examples, layout.blocks, index_path, init_checkpoint, layout.checkpoints("finetune"),
-            ModelConfig.preset(model_preset), FinetuneConfig(**params.model_dump(include=set(FinetuneConfig.model_fields))),
+            ModelConfig.preset(model_preset, bert_dir=layout.bert_dir()), FinetuneConfig(**params.model_dump(include=set(FinetuneConfig.model_fields))),
             device=select_device(device), reader_init=reader_init, seed=seed,
         )
         reporter = TrainingReporter("finetune", layout.reports, trainer.step)
@@ -96,7 +96,7 @@ def finetune_openqa(
 
     layout = RunLayout.at(run.output)
     remove_leftovers(layout.root)
-    record_model_preset(layout, run.model_preset)
+    record_model_preset(layout, run.model_preset, bert_dir=run.bert_dir)
     if params.retriever == "bm25":
         index_path = index_path or build_bm25_index(str(layout.root))
     else:

@@ -27,7 +27,7 @@ def train_ict_stage(output: str, model_preset: str, params: IctParams, seed: int
     layout = RunLayout.at(output)
     with layout.training_lock():
         trainer = IctTrainer(
-            layout.ict_examples, layout.checkpoints("ict"), ModelConfig.preset(model_preset), params,
+            layout.ict_examples, layout.checkpoints("ict"), ModelConfig.preset(model_preset, bert_dir=layout.bert_dir()), params,
             device=select_device(device), seed=seed,
         )
         reporter = TrainingReporter("ict", layout.reports, trainer.step, params.steps)
@@ -52,6 +52,6 @@ def train_ict_stage(output: str, model_preset: str, params: IctParams, seed: int
 def ict_warm_start(run: RunParams = RunParams(), params: IctParams = IctParams()) -> dict:
     layout = RunLayout.at(run.output)
     remove_leftovers(layout.root)
-    record_model_preset(layout, run.model_preset)
+    record_model_preset(layout, run.model_preset, bert_dir=run.bert_dir)
     stage = cached_in_run(train_ict_stage, layout, reads=[layout.ict_examples], writes=[layout.checkpoints("ict")])
     return stage(str(layout.root), run.model_preset, params, run.seed, run.device)

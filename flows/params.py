@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from realm.model.networks.presets import ModelPreset
+from realm.pipelines.corpus_names import CORPORA
 from realm.model.training.stage_settings import FinetuneConfig, IctConfig, PretrainConfig, ReaderWarmupConfig
 
 RunPreset = Literal["tiny", "default", "gpu"]
@@ -31,13 +32,28 @@ class RunParams(BaseModel):
     )
     device: str | None = Field(None, description="torch device; default CUDA when present, else CPU")
     seed: int = 0
+    bert_dir: str | None = Field(
+        None, description="Hugging Face BERT directory (save_pretrained) every component starts from and whose "
+        "vocabulary cuts the wordpieces; none: the model preset's own. A run keeps one."
+    )
 
 
 class PrepareParams(BaseModel):
-    corpus: str = Field("vital", description="vital | wikipedia-xml | wikiextractor | ccnews-jsonl | warc | documents")
+    corpus: Literal[CORPORA] = Field("vital", description=" | ".join(CORPORA))
     input: str | None = Field(None, description="path or glob of the corpus files (not for vital)")
     limit: int | None = Field(None, description="read at most this many vital articles")
     beam_args: list[str] = Field(default_factory=list, description="extra Beam flags, e.g. --runner ...")
+
+    @model_validator(mode="after")
+    def _input_for_files_only(self) -> PrepareParams:
+        # The readers' own checks, made before a flow starts rather than inside its Beam pipeline.
+        if self.corpus == "vital" and self.input:
+            raise ValueError(f"corpus 'vital' is embedded and reads no input, got input {self.input!r}")
+        if self.corpus != "vital" and not self.input:
+            raise ValueError(f"corpus {self.corpus!r} needs an input path or glob (--input)")
+        if self.corpus != "vital" and self.limit is not None:
+            raise ValueError(f"limit applies to the vital corpus only, not to {self.corpus!r}")
+        return self
 
 
 # The ICT stage's flow reads nothing beyond the trainer's settings.

@@ -16,11 +16,14 @@ from realm.flows.params import PrepareParams, RunParams
 
 
 @task(name="realm-prepare-corpus")
-def prepare_corpus(output: str, params: PrepareParams, seed: int) -> dict[str, dict[str, int]]:
-    """Run `realm.pipelines.prepare` (Beam) and publish its per-stage counts."""
+def prepare_corpus(output: str, params: PrepareParams, seed: int, bert_dir: str | None = None) -> dict[str, dict[str, int]]:
+    """Run `realm.pipelines.prepare` (Beam), its wordpieces cut with `bert_dir`'s vocabulary (None:
+    the default's), and publish its per-stage counts."""
     from realm.pipelines import prepare
 
     argv = ["--corpus", params.corpus, "--output", output, "--seed", str(seed)]
+    if bert_dir:
+        argv += ["--model_dir", bert_dir]
     if params.input:
         argv += ["--input", params.input]
     if params.limit is not None:
@@ -54,4 +57,4 @@ def realm_prepare(run: RunParams = RunParams(), params: PrepareParams = PrepareP
         prepare_corpus, layout, reads=input_files(params.input), writes=[layout.artifact(name) for name in OUTPUT_SCHEMAS],
         code="prepare",
     )
-    return stage(str(layout.root), params, run.seed)
+    return stage(str(layout.root), params, run.seed, run.bert_dir)

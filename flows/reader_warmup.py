@@ -35,7 +35,7 @@ def train_reader_warmup_stage(
     with layout.training_lock():
         trainer = FinetuneTrainer(
             questions, layout.blocks, index_path, init_checkpoint, layout.checkpoints("warmup"),
-            ModelConfig.preset(model_preset), params, device=select_device(device), seed=seed,
+            ModelConfig.preset(model_preset, bert_dir=layout.bert_dir()), params, device=select_device(device), seed=seed,
         )
         reporter = TrainingReporter("warmup", layout.reports, trainer.step)
         result = trainer.run(reporter)
@@ -67,7 +67,7 @@ def reader_warmup(
         return {"checkpoint": None, "step": 0}
     layout = RunLayout.at(run.output)
     remove_leftovers(layout.root)
-    record_model_preset(layout, run.model_preset)
+    record_model_preset(layout, run.model_preset, bert_dir=run.bert_dir)
     init_checkpoint = init_checkpoint or required(latest_checkpoint(layout.checkpoints("pretrain")), "pre-training checkpoint")
     index_path = index_path or required(latest_published(layout.index), "published index")
     stage = cached_in_run(

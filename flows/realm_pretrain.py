@@ -46,7 +46,7 @@ def refresh_index(
     started = time.perf_counter()
     path = rebuild_index(
         layout.blocks, snapshot_dir, layout.embeddings, layout.index, snapshot_step,
-        ModelConfig.preset(model_preset), keep=None, device=select_device(device), max_block_wordpieces=max_block_wordpieces,
+        ModelConfig.preset(model_preset, bert_dir=layout.bert_dir()), keep=None, device=select_device(device), max_block_wordpieces=max_block_wordpieces,
     )
     seconds = time.perf_counter() - started
     get_run_logger().info("published index %s (snapshot step %d) in %.1f s", path, snapshot_step, seconds)
@@ -83,7 +83,7 @@ def realm_pretrain(
     logger = get_run_logger()
     layout = RunLayout.at(run.output)
     remove_leftovers(layout.root)
-    record_model_preset(layout, run.model_preset)
+    record_model_preset(layout, run.model_preset, bert_dir=run.bert_dir)
     if init_retriever is None and (ict := latest_checkpoint(layout.checkpoints("ict"))) is not None:
         init_retriever = str(ict)
 
@@ -100,7 +100,8 @@ def realm_pretrain(
     roots = IndexRoots(layout.index, layout.embeddings, str(layout.snapshots))
     with layout.training_lock():
         trainer = PretrainTrainer(
-            layout.blocks, layout.pretrain_examples, layout.checkpoints("pretrain"), ModelConfig.preset(run.model_preset),
+            layout.blocks, layout.pretrain_examples, layout.checkpoints("pretrain"),
+            ModelConfig.preset(run.model_preset, bert_dir=layout.bert_dir()),
             params, init_retriever=init_retriever, device=select_device(run.device), seed=run.seed,
         )
         logger.info("pre-training from step %d to %d (retriever init: %s)", trainer.step, params.steps, init_retriever)

@@ -39,7 +39,7 @@ def build_retriever_index(
         get_run_logger().warning("%s was built from another %s: building it again", published, " and ".join(stale))
     return str(rebuild_index(
         layout.blocks, doc_embedder, layout.embeddings, layout.index, step,
-        ModelConfig.preset(model_preset), keep, device=select_device(device), max_block_wordpieces=max_block_wordpieces,
+        ModelConfig.preset(model_preset, bert_dir=layout.bert_dir()), keep, device=select_device(device), max_block_wordpieces=max_block_wordpieces,
     ))
 
 
@@ -57,7 +57,8 @@ def zero_shot_recall(
     from realm.model.qa.qa_data import read_qa_file
     from realm.model.qa.question_retrieval import load_question_retriever
 
-    config, torch_device = ModelConfig.preset(model_preset), select_device(device)
+    config = ModelConfig.preset(model_preset, bert_dir=RunLayout.at(output).bert_dir())
+    torch_device = select_device(device)
     query_embedder = load_components(checkpoint, torch_device)["query_embedder"] if checkpoint else None
     retriever = load_question_retriever(index_path, query_embedder, config, torch_device)
     blocks = BlockStore.from_parquet(RunLayout.at(output).blocks, with_text=True)

@@ -6,7 +6,8 @@
 
 Writes `documents/`, `blocks/`, `block_entities/`, `pretrain_examples/` (with
 `forbidden_block_ids`), `ict_examples/` and `dead_letter/` (always, even when empty) under
-`--output`, showing each stage's counts so far on stderr while it runs
+`--output`, and `vocabulary.json`, the sha256 of the WordPiece vocabulary (`--model_dir`'s, a
+BERT directory; default MiniLM's) that cut them, which training checks its BERT against, showing each stage's counts so far on stderr while it runs
 (`realm.pipelines.progress`), then prints the per-stage counts. Without `--knowledge_blocks`,
 the knowledge corpus Z is the blocks built here (X = Z, as in Wikipedia pre-training); with
 it, e.g. CC-News examples are filtered against a Wikipedia corpus built by an earlier run
@@ -22,9 +23,11 @@ inputs inside the run (its own `documents/` or `blocks/`) safe to read.
 
 from __future__ import annotations
 
+import json
 import sys
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from realm.pipelines.artifacts import ReadArtifact, WriteArtifact, artifact_pattern
@@ -39,7 +42,9 @@ from realm.pipelines.readers import read_corpus
 from realm.pipelines.salient import TagSalientSpans
 from realm.pipelines.staging import move_into_place, staged_output, write_manifests
 from realm.pipelines.trivial import FilterTrivialRetrievals
+from realm.model.tokenization import load_tokenizer
 from realm.schemas import BLOCK_ENTITIES, BLOCKS, DEAD_LETTER, DOCUMENTS, ICT_EXAMPLES, PRETRAIN_EXAMPLES, ArtifactError
+from realm.schemas.run_layout import VOCABULARY_FILE
 
 NAME = "prepare"
 STAGES = ["read", "chunk", "entities", "salient", "trivial", "ict"]
@@ -115,19 +120,30 @@ def refuse_empty_corpus(options: RealmOptions, counts: dict[str, dict[str, int]]
     )
 
 
+def write_vocabulary(output: str, model_dir: str | None) -> None:
+    """`<output>/vocabulary.json`: the sha256 of the vocabulary the wordpiece ids were cut with,
+    and the directory it came from (`RunLayout.prepared_vocabulary` reads it)."""
+    tokenizer = load_tokenizer(model_dir)
+    record = {"sha256": tokenizer.vocabulary_sha256, "source": str(tokenizer.model_dir)}
+    with FileSystems.create(FileSystems.join(output, VOCABULARY_FILE)) as handle:
+        handle.write(json.dumps(record, indent=2).encode("utf-8"))
+
+
 def run(argv: list[str] | None = None) -> dict[str, dict[str, int]]:
     argv = sys.argv[1:] if argv is None else argv
     options = PipelineOptions(argv).view_as(RealmOptions)
     require(options, "corpus", "output")
     check_inputs(options)
+    load_tokenizer(options.model_dir)  # a directory without a vocabulary stops prepare before Beam starts
     with staged_output(options.output, NAME) as staging:
         counts = execute(
             lambda pipeline, taps: build_prepare_pipeline(pipeline, options, staging, taps), argv, NAME, STAGES
         )
         refuse_empty_corpus(options, counts)
         write_summary(staging, NAME, counts)
+        write_vocabulary(staging, options.model_dir)
         write_manifests(staging, list(OUTPUT_SCHEMAS))
-        kept = move_into_place(staging, options.output, OUTPUT_SCHEMAS, [summary_file(NAME)])
+        kept = move_into_place(staging, options.output, OUTPUT_SCHEMAS, [summary_file(NAME), VOCABULARY_FILE])
     print_summary(options.output, NAME, counts, STAGES, kept)
     return counts
 

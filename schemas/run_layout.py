@@ -12,8 +12,11 @@ contract like the Parquet schemas beside it: it imports nothing above them.
     <root>/bm25/<step>/                                  BM25 index over the blocks (BERT-Baseline)
     <root>/predictions/<dataset>.parquet, <root>/reports/ (metrics JSON lines, loss curves)
     <root>/masked_spans/<examples>.parquet               pre-training's last evaluation, per example
-    <root>/run.json                                      the model preset the run trains and the
-                                                         run preset it was started with
+    <root>/run.json                                      the model preset the run trains, the
+                                                         run preset it was started with and the
+                                                         BERT directory it starts from (--bert)
+    <root>/vocabulary.json                               the WordPiece vocabulary prepare cut the
+                                                         blocks and examples with (its sha256)
     <root>/corpora/<name>/{blocks,block_entities,embeddings/<v>,index/<v>,predictions}
                                                          another knowledge corpus, indexed by the
                                                          run's trained doc tower (`realm index`)
@@ -31,6 +34,7 @@ from realm.schemas.io import ArtifactError
 from realm.schemas.writer_lock import writer_lock
 
 RUN_FILE = "run.json"
+VOCABULARY_FILE = "vocabulary.json"
 CORPORA_DIR = "corpora"
 # A corpus name becomes a directory name: letters, digits, '.', '_' and '-', not starting with '.'.
 _CORPUS_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
@@ -128,17 +132,24 @@ class RunLayout:
     def reports(self) -> Path:
         return self.root / "reports"
 
-    def record_model_preset(self, model_preset: str, run_preset: str | None = None, renamed_from: str | None = None) -> None:
-        """Remember the model preset, so `realm ask` and `realm evaluate` rebuild the same model,
-        and the run preset the run was started with (the first one recorded stays), so `realm
-        train` goes on with its settings; a run root must not mix model presets (its checkpoints
-        would not load). `renamed_from`: the name the run recorded for the same preset before
-        it was renamed, replaced by this one."""
+    def record_model_preset(
+        self, model_preset: str, run_preset: str | None = None, renamed_from: str | None = None, bert_dir: str | None = None,
+    ) -> None:
+        """Remember the model preset and the BERT directory it starts from (None: the preset's
+        own), so `realm ask` and `realm evaluate` rebuild the same model, and the run preset the
+        run was started with (the first one recorded stays), so `realm train` goes on with its
+        settings; a run root must not mix model presets or BERTs (its checkpoints would not load,
+        its blocks' wordpiece ids would mean other words). `renamed_from`: the name the run
+        recorded for the same preset before it was renamed, replaced by this one."""
         record = self._record() or {}
         recorded = record.get("model_preset")
         if recorded is not None and recorded not in (model_preset, renamed_from):
             raise ValueError(f"{self.root} was trained with model preset {recorded!r}, not {model_preset!r}")
+        if recorded is not None and record.get("bert_dir") != bert_dir:
+            raise ValueError(f"{self.root} was made with {bert_text(record.get('bert_dir'))}, not {bert_text(bert_dir)}")
         record["model_preset"] = model_preset
+        if bert_dir is not None:
+            record["bert_dir"] = bert_dir
         if run_preset is not None:
             record.setdefault("run_preset", run_preset)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -147,6 +158,29 @@ class RunLayout:
     def model_preset(self) -> str | None:
         record = self._record()
         return None if record is None else record["model_preset"]
+
+    def bert_dir(self) -> str | None:
+        """The BERT directory the run starts from (`--bert`); None: its model preset's own."""
+        record = self._record()
+        return None if record is None else record.get("bert_dir")
+
+    @property
+    def vocabulary_file(self) -> Path:
+        return self.root / VOCABULARY_FILE
+
+    def prepared_vocabulary(self) -> dict | None:
+        """{"sha256", "source"} of the vocabulary the run's blocks and examples were cut with;
+        None for a run prepared before prepare recorded it."""
+        path = self.vocabulary_file
+        if not path.exists():
+            return None
+        try:
+            record = json.loads(path.read_text())
+            if not isinstance(record["sha256"], str):
+                raise TypeError("a sha256 that is not a string")
+            return record
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
+            raise ArtifactError(f"{path}: not a vocabulary record ({type(error).__name__}: {error})") from None
 
     def run_preset(self) -> str | None:
         """The run preset the run was started with; None for a run whose record predates it."""
@@ -161,9 +195,16 @@ class RunLayout:
             record = json.loads(path.read_text())
             if not isinstance(record["model_preset"], str) or not isinstance(record.get("run_preset", ""), str):
                 raise TypeError("a preset that is not a name")
+            if not isinstance(record.get("bert_dir", ""), str):
+                raise TypeError("a bert_dir that is not a path")
             return record
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
             raise ArtifactError(
                 f"{path}: not a run record ({type(error).__name__}: {error}); "
-                'it holds {"model_preset": NAME, "run_preset": NAME}'
+                'it holds {"model_preset": NAME, "run_preset": NAME, "bert_dir": DIR (optional)}'
             ) from None
+
+
+def bert_text(bert_dir: str | None) -> str:
+    """How a message names the BERT a run starts from."""
+    return f"--bert {bert_dir}" if bert_dir else "its model preset's own BERT (no --bert)"

@@ -1,6 +1,7 @@
 """`realm prepare`: the corpus-preparation Beam pipeline, launched through its `run(argv)`.
 
     realm prepare --corpus vital --output runs/vital
+    realm prepare --corpus wikiextractor --input 'extracted/*/wiki_*' --output runs/w --bert models/bert-base-uncased
     realm prepare --corpus wikipedia-xml --input 'gs://B/*.xml.bz2' --output gs://B/runs/w -- --runner DataflowRunner
 """
 
@@ -40,6 +41,8 @@ def add_parser(commands) -> None:
     parser.add_argument("--output", required=True, help="run root the artifacts are written under")
     parser.add_argument("--knowledge-blocks", help="blocks/ of another run to filter trivial retrievals against")
     parser.add_argument("--limit", type=int, help="read at most this many vital articles (quick runs)")
+    parser.add_argument("--bert", metavar="DIR", help="Hugging Face BERT directory whose vocabulary cuts the wordpieces "
+                        "(the one the run trains with --bert; default: the model presets' MiniLM vocabulary)")
     parser.set_defaults(handler=handle)
 
 
@@ -52,7 +55,18 @@ def pipeline_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--knowledge_blocks", args.knowledge_blocks]
     if args.limit is not None:
         argv += ["--limit", str(args.limit)]
+    if args.bert:
+        argv += ["--model_dir", _checked_bert(args.bert)]
     return argv + args.beam_args
+
+
+def _checked_bert(path: str) -> str:
+    from realm.model.networks.bert_dir import BertDirError, check_bert_dir
+
+    try:
+        return check_bert_dir(path)
+    except BertDirError as error:
+        raise SystemExit(f"realm prepare: --bert {error}") from None
 
 
 def handle(args: argparse.Namespace) -> int:

@@ -226,9 +226,8 @@ class Answerer:
         answers from that corpus indexed for the run (`realm index`) instead of its own;
         `bf16_reader` as in `from_checkpoint`."""
         run = TrainedRun.at(root, corpus=corpus)
-        return cls.from_checkpoint(
-            str(run.checkpoint), str(run.index), run.blocks, ModelConfig.preset(run.model_preset), device, bf16_reader
-        )
+        config = ModelConfig.preset(run.model_preset, bert_dir=run.bert_dir)
+        return cls.from_checkpoint(str(run.checkpoint), str(run.index), run.blocks, config, device, bf16_reader)
 
     def why_unreadable(self, question: str) -> str | None:
         """Why the towers cannot read `question` (text that is not UTF-8, or only characters

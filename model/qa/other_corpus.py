@@ -24,6 +24,7 @@ from realm.model.index.corpus_index import CorpusIndexUpdate, index_corpus
 from realm.model.index.lineage import WEIGHTS_FILE, read_lineage
 from realm.model.publish import read_manifest, replace_dir
 from realm.model.networks.config import ModelConfig
+from realm.model.networks.presets import check_prepared_vocabulary
 from realm.model.qa.trained_run import TrainedRun
 from realm.schemas import BLOCK_ENTITIES, BLOCKS, read_table, write_table
 from realm.schemas.io import parquet_files
@@ -74,6 +75,8 @@ def index_other_corpus(
     if not source.is_dir():
         raise FileNotFoundError(f"{corpus}: not a prepared corpus (no blocks/ directory)")
     entities = tagged_entities(source)
+    # Blocks cut with another vocabulary would be other words to the run's doc tower.
+    check_prepared_vocabulary(RunLayout.at(source.parent), trained.bert_dir)
     other = RunLayout.at(run_root).corpus(name)
     blocks, tagged = read_table(str(source), BLOCKS), read_table(entities, BLOCK_ENTITIES)
     if blocks.num_rows == 0:
@@ -88,7 +91,7 @@ def index_other_corpus(
             staged_entities = _stage(tagged, Path(other.block_entities), BLOCK_ENTITIES, staged)
             update = index_corpus(
                 str(staged_blocks), str(snapshot), step, other.embeddings, other.index,
-                ModelConfig.preset(trained.model_preset), length, device, corpus_name=name, source=str(source.resolve()),
+                ModelConfig.preset(trained.model_preset, bert_dir=trained.bert_dir), length, device, corpus_name=name, source=str(source.resolve()),
             )
             # A crash between the two leaves entities that tag other blocks: loading them refuses that, naming them,
             # and indexing the name again mends it.

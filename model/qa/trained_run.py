@@ -2,7 +2,7 @@
 `realm evaluate`, `realm run`'s closing answer and the HTTP server: the fine-tuned checkpoint
 (the best validated one, else the newest unless the run published a weight average there,
 `published_checkpoint`), the index that checkpoint was trained against, the
-run's blocks and its model preset. With `corpus`, the blocks and newest index of another
+run's blocks, its model preset and the BERT directory it started from. With `corpus`, the blocks and newest index of another
 knowledge corpus indexed for the run (`realm index`, `realm.model.qa.other_corpus`) instead.
 """
 
@@ -24,6 +24,7 @@ class TrainedRun:
     index: Path
     blocks: str
     model_preset: str
+    bert_dir: str | None = None  # the BERT directory the run starts from (run.json's), None: the preset's
 
     @classmethod
     def at(
@@ -63,7 +64,7 @@ class TrainedRun:
         preset = layout.model_preset() or model_preset
         if preset is None:
             raise FileNotFoundError(f"{layout.root}: no run.json naming the model preset the run trained")
-        return cls(Path(checkpoint), Path(index), blocks, preset)
+        return cls(Path(checkpoint), Path(index), blocks, preset, layout.bert_dir())
 
 
 def published_checkpoint(layout: RunLayout) -> Path | None:

@@ -63,3 +63,20 @@ def test_a_sentence_encoder_start_runs_through_pretraining_fine_tuning_and_evalu
 
     query_tower = load_components(result["finetune"]["checkpoint"])["query_embedder"]
     assert query_tower.pooling == "mean" and query_tower.config.num_hidden_layers == 3
+
+
+def test_on_a_users_corpus_the_chain_stops_after_pre_training_without_questions_and_says_so():
+    from realm.flows.params import PipelineParams
+    from realm.flows.realm_pipeline import evaluation_left_out, stop_after_pretraining
+
+    vital = PipelineParams.preset("tiny", output="runs/t")
+    assert stop_after_pretraining(vital) is None and evaluation_left_out(vital, {}) is None
+    users = vital.model_copy(update={"prepare": vital.prepare.model_copy(update={"corpus": "warc", "input": "x", "limit": None})})
+    note = stop_after_pretraining(users)
+    assert note.startswith("stopped after pre-training: no questions to fine-tune on for corpus 'warc'") and "\n" not in note
+    with_questions = users.model_copy(update={"finetune": users.finetune.model_copy(update={"qa_train": ["q.jsonl"]})})
+    assert stop_after_pretraining(with_questions) is None
+    left_out = evaluation_left_out(with_questions, {"best_validation_em": 0.25, "validation_questions": 8})
+    assert "exact match 0.250 on the 8 questions of --qa it held out" in left_out
+    evaluated = with_questions.model_copy(update={"evaluate": with_questions.evaluate.model_copy(update={"qa": ["dev.jsonl"]})})
+    assert evaluation_left_out(evaluated, {}) is None

@@ -221,7 +221,7 @@ def test_a_run_can_be_prepared_again_from_its_own_documents_and_blocks(run_copy)
     assert dead_reasons(previous) == [("chunk", "chunk_empty_body"), ("read", "read_malformed_xml"), ("read", "read_undecodable_bytes")]
     assert dead_reasons(tables) == [("chunk", "chunk_empty_body")]
     assert json.loads((run_copy / "summary" / "prepare.json").read_text()) == counts
-    assert sorted(p.name for p in run_copy.iterdir()) == sorted(["summary", *WRITTEN])  # no staging dir left
+    assert sorted(p.name for p in run_copy.iterdir()) == sorted(["summary", "vocabulary.json", *WRITTEN])  # no staging dir left
     assert_consistent(tables)
 
 
@@ -238,3 +238,34 @@ def test_each_prepared_artifact_carries_a_manifest_and_a_shard_altered_since_is_
     with pytest.raises(IntegrityError, match=f"^{shard}: sha256 does not match {MANIFEST_FILE}"):
         read_table(str(run_copy / "blocks"), BLOCKS)
 
+
+
+def test_the_wordpieces_are_cut_with_the_bert_directory_s_vocabulary_and_its_sha256_recorded(tmp_path):
+    """--model_dir (realm prepare --bert DIR): blocks' and examples' ids are that vocabulary's, and
+    vocabulary.json names it, as training checks; the default run records the default's."""
+    from realm.model.tokenization import load_tokenizer
+    from realm.schemas.run_layout import RunLayout
+    from tests.bert_fixture import VOCABULARY, save_tiny_bert
+
+    bert = save_tiny_bert(tmp_path / "bert")
+    (tmp_path / "dump.xml").write_bytes(dump_bytes(ARTICLES))
+    out = tmp_path / "run"
+    prepare.run(["--corpus", "wikipedia-xml", "--input", str(tmp_path / "dump.xml"), "--output", str(out),
+                 "--model_dir", str(bert), *IN_PROCESS])
+    tokenizer = load_tokenizer(str(bert))
+    tables = read_artifacts(out)
+    for block in tables["blocks"].to_pylist():
+        assert block["title_token_ids"] == tokenizer.encode(block["title"])
+        assert block["body_token_ids"] == tokenizer.encode(block["text"])
+    ids = [i for e in tables["pretrain_examples"].to_pylist() for i in e["token_ids"]]
+    ids += [i for e in tables["ict_examples"].to_pylist() for i in e["query_token_ids"]]
+    assert ids and max(ids) < len(VOCABULARY)
+    assert RunLayout.at(out).prepared_vocabulary() == {"sha256": tokenizer.vocabulary_sha256, "source": str(bert)}
+    assert_consistent(tables)
+
+
+def test_a_bert_directory_without_a_vocabulary_stops_prepare_before_the_run_changes(run_copy, tmp_path):
+    before = file_bytes(run_copy)
+    with pytest.raises(FileNotFoundError, match="neither tokenizer.json nor vocab.txt"):
+        prepare.run(["--corpus", "vital", "--limit", "3", "--output", str(run_copy), "--model_dir", str(tmp_path), *IN_PROCESS])
+    assert file_bytes(run_copy) == before

@@ -50,3 +50,27 @@ def test_a_damaged_run_record_is_named(tmp_path, damaged):
     path.write_bytes(damaged if isinstance(damaged, bytes) else damaged.encode())
     with pytest.raises(ArtifactError, match=f"^{path}: not a run record"):
         RunLayout.at(tmp_path).model_preset()
+
+
+def test_a_run_root_remembers_the_bert_it_starts_from_and_refuses_another(tmp_path):
+    layout = RunLayout.at(tmp_path / "run")
+    layout.record_model_preset("bf16-6l", bert_dir="/models/bert")
+    layout.record_model_preset("bf16-6l", bert_dir="/models/bert")
+    assert layout.bert_dir() == "/models/bert"
+    with pytest.raises(ValueError, match="made with --bert /models/bert, not its model preset's own BERT"):
+        layout.record_model_preset("bf16-6l")
+    plain = RunLayout.at(tmp_path / "plain")
+    plain.record_model_preset("bf16-6l")
+    assert plain.bert_dir() is None
+    with pytest.raises(ValueError, match=r"made with its model preset's own BERT \(no --bert\), not --bert /b"):
+        plain.record_model_preset("bf16-6l", bert_dir="/b")
+
+
+def test_the_prepared_vocabulary_is_read_and_a_damaged_record_named(tmp_path):
+    layout = RunLayout.at(tmp_path)
+    assert layout.prepared_vocabulary() is None
+    layout.vocabulary_file.write_text('{"sha256": "ab", "source": "/m"}')
+    assert layout.prepared_vocabulary() == {"sha256": "ab", "source": "/m"}
+    layout.vocabulary_file.write_text('{"sha": 1}')
+    with pytest.raises(ArtifactError, match="vocabulary.json: not a vocabulary record"):
+        layout.prepared_vocabulary()

@@ -89,3 +89,22 @@ def test_realm_info_shows_the_lineage_of_an_index_in_another_run(trained_run, tm
     info = run_info(trained_run.root)
     assert info["answers_with"] == {"checkpoint": "checkpoints/finetune/5", "index": str(elsewhere)}
     assert info["indexes"][str(elsewhere)] == info["indexes"]["index/0"]
+
+
+def test_realm_info_shows_the_bert_directory_and_its_weights_sha256(tmp_path, capsys):
+    import hashlib
+
+    from realm.schemas.run_layout import RunLayout
+    from tests.bert_fixture import save_tiny_bert
+
+    bert = save_tiny_bert(tmp_path / "bert")
+    layout = RunLayout.at(tmp_path / "run")
+    layout.record_model_preset("random-2l", bert_dir=str(bert))
+    digest = hashlib.sha256((bert / "model.safetensors").read_bytes()).hexdigest()
+    capsys.readouterr()
+    assert main(["info", "--run", str(layout.root), "--json"]) == 0
+    import json
+
+    assert json.loads(capsys.readouterr().out)["bert"] == {"dir": str(bert), "weights_sha256": digest}
+    assert main(["info", "--run", str(layout.root)]) == 0
+    assert f"bert: {bert} (weights sha256 {digest})" in capsys.readouterr().out.splitlines()

@@ -79,3 +79,47 @@ def test_a_run_records_its_presets_as_it_starts(monkeypatch, tmp_path, capsys):
     assert (RunLayout.at(output).run_preset(), RunLayout.at(output).model_preset()) == ("tiny", model_preset)
     assert seen[0].run.model_preset == model_preset and Path(output).is_dir()
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["pretrain"]["examples"] == 0
+
+
+def test_a_users_corpus_and_bert_show_in_the_dry_run(nothing_starts, tmp_path, capsys):
+    from tests.bert_fixture import save_tiny_bert
+
+    bert = save_tiny_bert(tmp_path / "bert")
+    (tmp_path / "wiki_00").write_text('{"id": "1", "url": "u", "title": "T", "text": "x"}\n')
+    settings = _dry_run(["--preset", "tiny", "--output", str(tmp_path / "x"), "--corpus", "wikiextractor",
+                         "--input", str(tmp_path / "wiki_*"), "--bert", str(bert)], capsys)
+    assert settings["prepare"] | {"beam_args": []} == {"corpus": "wikiextractor", "input": str(tmp_path / "wiki_*"),
+                                                      "limit": None, "beam_args": []}
+    assert settings["run"]["bert_dir"] == str(bert)
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--corpus", "warc"], r"^realm run: prepare: corpus 'warc' needs an input path or glob \(--input\)$"),
+    (["--input", "x.jsonl"], r"^realm run: --input needs --corpus KIND"),
+    (["--corpus", "vital", "--input", "x"], r"corpus 'vital' is embedded and reads no input"),
+    (["--corpus", "warc", "--input", "nowhere/*.warc.gz"], r"^realm run: --input nowhere/\*.warc.gz: no file matches$"),
+    (["--bert", "nowhere"], r"^realm run: --bert nowhere: no such directory"),
+])
+def test_a_corpus_or_bert_that_cannot_run_is_refused_in_one_line(argv, message, nothing_starts, tmp_path, capsys):
+    refused(["run", "--preset", "tiny", "--output", str(tmp_path / "x"), *argv, "--dry-run"], message, capsys)
+
+
+def test_a_run_keeps_its_bert_and_refuses_another(monkeypatch, tmp_path, capsys):
+    from tests.bert_fixture import save_tiny_bert
+
+    bert, other = save_tiny_bert(tmp_path / "bert"), save_tiny_bert(tmp_path / "other")
+    result = {"evaluate": {}, "pretrain": {"accuracy_with_retrieval": 0.0, "accuracy_null_only": 0.0, "examples": 0, "step": 0},
+              "finetune": None, "note": "stopped after pre-training: no questions"}
+    seen = []
+    monkeypatch.setattr(realm.flows.realm_pipeline, "realm_pipeline", lambda params: seen.append(params) or result)
+    monkeypatch.setattr(prefect_server, "install", lambda: None)
+    output = str(tmp_path / "x")
+    assert main(["run", "--preset", "tiny", "--output", output, "--bert", str(bert)]) == 0
+    assert RunLayout.at(output).bert_dir() == str(bert) and seen[0].run.bert_dir == str(bert)
+    # The closing output says why the chain stopped, and answers nothing.
+    assert capsys.readouterr().out.splitlines()[-1] == "stopped after pre-training: no questions"
+    assert main(["run", "--preset", "tiny", "--output", output]) == 0  # the recorded one, unnamed
+    assert seen[1].run.bert_dir == str(bert)
+    refused(["run", "--output", output, "--bert", str(other), "--dry-run"],
+            rf"^realm run: {output} was made with --bert {bert}; pass --bert {bert} or a new --output$", capsys)

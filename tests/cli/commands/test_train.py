@@ -77,3 +77,18 @@ def test_a_model_preset_the_run_was_not_made_with_is_refused_in_one_line(monkeyp
     assert PipelineParams.preset("tiny").run.model_preset != made_with
     refused(["train", "finetune", "--output", str(output), "--preset", "tiny"], expected, capsys)
     assert RunLayout.at(output).model_preset() == made_with
+
+
+def test_train_starts_from_the_runs_bert_and_refuses_another(monkeypatch, tmp_path, capsys):
+    from tests.bert_fixture import save_tiny_bert
+
+    bert, other = save_tiny_bert(tmp_path / "bert"), save_tiny_bert(tmp_path / "other")
+    seen = {}
+    monkeypatch.setattr(realm.flows.realm_pretrain, "realm_pretrain", lambda run, params: seen.update(run=run) or {})
+    output = str(tmp_path / "run")
+    assert main(["train", "pretrain", "--output", output, "--preset", "tiny", "--bert", str(bert)]) == 0
+    assert seen["run"].bert_dir == str(bert) == RunLayout.at(output).bert_dir()
+    assert main(["train", "pretrain", "--output", output]) == 0
+    assert seen["run"].bert_dir == str(bert)
+    refused(["train", "pretrain", "--output", output, "--bert", str(other)],
+            rf"^realm train: {output} was made with --bert {bert}; pass --bert {bert} or a new --output$", capsys)
