@@ -14,6 +14,10 @@ killed run restarts from its last checkpoint, the index that checkpoint trained 
 the refresh it had in flight (from the same snapshot); a half-written index is never opened.
 With the doc tower frozen (`cached_doc_embeddings`) there is nothing to refresh: the run
 trains against the index its tower built, and fine-tuning reads that one.
+
+Under torchrun (`realm train pretrain --nproc N`) this flow runs on rank 0 only: it hands the
+trainer's recipe to the other ranks (`realm.model.training.distributed.lead`), which train
+beside it; the refresh task runs here, on rank 0, and every rank swaps its index in at the same step.
 """
 
 from __future__ import annotations
@@ -77,6 +81,9 @@ def realm_pretrain(
     from realm.model.networks.checkpoint import latest_checkpoint
     from realm.model.networks.config import ModelConfig
     from realm.model.networks.device import select_device
+    from functools import partial
+
+    from realm.model.training.distributed import lead, world_from_environment
     from realm.model.training.pretrain_index import IndexRoots
     from realm.model.training.train_pretrain import HELD_OUT, PretrainHooks, PretrainTrainer
 
@@ -99,12 +106,17 @@ def realm_pretrain(
 
     roots = IndexRoots(layout.index, layout.embeddings, str(layout.snapshots))
     with layout.training_lock():
-        trainer = PretrainTrainer(
-            layout.blocks, layout.pretrain_examples, layout.checkpoints("pretrain"),
-            ModelConfig.preset(run.model_preset, bert_dir=layout.bert_dir()),
-            params, init_retriever=init_retriever, device=select_device(run.device), seed=run.seed,
+        world = world_from_environment()
+        trainer = lead(world, partial(
+            PretrainTrainer, layout.blocks, layout.pretrain_examples, layout.checkpoints("pretrain"),
+            ModelConfig.preset(run.model_preset, bert_dir=layout.bert_dir()), params, init_retriever=init_retriever,
+            device=select_device(run.device),
+            seed=run.seed,
+        ), roots)
+        logger.info(
+            "pre-training from step %d to %d on %d process(es) (retriever init: %s)", trainer.step, params.steps, world.size,
+            init_retriever,
         )
-        logger.info("pre-training from step %d to %d (retriever init: %s)", trainer.step, params.steps, init_retriever)
         reporter = TrainingReporter("pretrain", layout.reports, trainer.step, params.steps)
         result = trainer.run(PretrainHooks(reporter, evaluated, refresh), roots)
     reporter.publish_curves(("loss", "retrieval_entropy", "accuracy_with_retrieval", "accuracy_null_only"))

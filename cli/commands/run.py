@@ -5,6 +5,7 @@ fine-tune -> evaluate (the Prefect flow `realm-pipeline`), then one question ans
     realm run --preset gpu --output runs/g --param finetune.epochs=2 --dry-run   # the settings, nothing run
     realm run --output runs/w --corpus wikiextractor --input 'extracted/*/wiki_*' --bert models/bert-base-uncased \
         --qa my.train.jsonl                             # a user's corpus, BERT and questions
+    realm run --preset gpu --output runs/g --nproc 8     # pre-training on 8 processes (realm.cli.launch)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 
 from pydantic import ValidationError
 
+from realm.cli import launch
 from realm.cli.answering import print_answer, run_answerer
 from realm.cli.options import add_json_option, add_run_options, print_json, read_question_files
 from realm.cli.settings import pipeline_params, reasons, record_presets, with_stage_overrides
@@ -50,6 +52,7 @@ def add_parser(commands) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="print every stage's settings as one JSON line and stop: nothing is written or started")
     add_json_option(parser, "print the scores as one JSON line (for scripts)")
+    launch.add_launch_options(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -84,6 +87,12 @@ def handle(args: argparse.Namespace) -> int:
     if args.dry_run:
         print_json(params.model_dump(mode="json"))
         return 0
+    if args.nproc > 1:
+        return launch.relaunch(args)
+    return launch.on_every_rank(lambda: _run(args, params, run_preset), args.device)
+
+
+def _run(args: argparse.Namespace, params, run_preset) -> int:
     from realm.cli import prefect_server
     from realm.flows.realm_pipeline import realm_pipeline
 

@@ -1,12 +1,14 @@
 """`realm train STAGE`: one training stage's Prefect flow on a run root, with the run's presets.
 
     realm train finetune --output runs/demo --param epochs=2 --qa nq.train.jsonl
+    realm train pretrain --output runs/demo --nproc 2      # on 2 processes (torchrun: realm.cli.launch)
 """
 
 from __future__ import annotations
 
 import argparse
 
+from realm.cli import launch
 from realm.cli.options import add_run_options, print_json, read_question_files
 from realm.cli.settings import pipeline_params, record_presets, with_overrides
 
@@ -25,6 +27,7 @@ def add_parser(commands) -> None:
     parser.add_argument("--param", action="append", default=[], metavar="FIELD=VALUE",
                         help="override any stage parameter, e.g. --param cached_doc_embeddings=true (repeatable)")
     parser.add_argument("--qa", nargs="+", help="finetune: Open-QA training files (default: the shipped NQ, WQ and CT sets)")
+    launch.add_launch_options(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -47,6 +50,12 @@ def stage_settings(args: argparse.Namespace):
 def handle(args: argparse.Namespace) -> int:
     params, run_preset, stage = stage_settings(args)
     read_question_files(args.qa or [])
+    if args.nproc > 1:
+        return launch.relaunch(args)
+    return launch.on_every_rank(lambda: _train(args, params, run_preset, stage), args.device)
+
+
+def _train(args: argparse.Namespace, params, run_preset, stage) -> int:
     from realm.cli import prefect_server
 
     if args.stage == "ict":

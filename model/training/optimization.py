@@ -9,6 +9,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from realm.model.training.distributed import ONE_PROCESS, World, sum_gradients, sum_loss
+
 
 def build_optimizer(
     modules_in_order: Sequence[nn.Module],
@@ -64,17 +66,27 @@ def build_optimizer(
 MAX_GRAD_NORM = 1.0
 
 
-def apply_update(loss: torch.Tensor, optimizer: torch.optim.Optimizer, scheduler, what: str, step: int) -> float:
+def apply_update(
+    loss: torch.Tensor, optimizer: torch.optim.Optimizer, scheduler, what: str, step: int,
+    world: World = ONE_PROCESS, share: float = 1.0,
+) -> float:
     """One optimizer update from `loss`: backward, clip to MAX_GRAD_NORM, step, schedule.
 
+    With several processes (`world`), `loss` is this rank's mean over its `share` of the
+    batch; losses and gradients are summed across ranks weighted by their shares
+    (`distributed.sum_gradients`) before the clip, so every rank takes the update of the
+    whole batch.
+
     A non-finite loss raises before any weight changes, naming `what` and the `step` it would
-    have become, so the last checkpoint is still a good one. Returns the loss value.
+    have become, so the last checkpoint is still a good one. Returns the loss value (the whole
+    batch's).
     """
-    value = loss.item()
+    value = sum_loss(world, loss.item(), share)
     if not math.isfinite(value):
         raise FloatingPointError(f"{what} loss is {value} at step {step}")
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    sum_gradients(world, [p for group in optimizer.param_groups for p in group["params"]], share)
     torch.nn.utils.clip_grad_norm_([p for group in optimizer.param_groups for p in group["params"]], MAX_GRAD_NORM)
     optimizer.step()
     scheduler.step()

@@ -11,6 +11,10 @@ build is late, so the index of every step is the same in every run with the same
 most one refresh is in flight; the trainer's checkpoints record it (`IndexRefreshes.in_flight`)
 and a resumed run starts it again from the same snapshot. A failed one fails the run once its
 retries are spent.
+
+On several processes rank 0 alone builds, refreshes, publishes and prunes; every rank swaps in
+the index rank 0 swaps in, at the same step (`rank_zeros_swap`), reading it from the run folder
+(a folder every host sees).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Protocol
 from realm.model.index.mips import MipsIndex, latest_published
 from realm.model.index.refresh import IndexRefreshScheduler
 from realm.model.publish import IntegrityError, prune, read_manifest, verify_step
+from realm.model.training.distributed import World, broadcast
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +74,18 @@ def first_index(roots: IndexRoots, snapshot_step: int | None, build: Callable[[]
             return str(published), snapshot_step
         log.warning("%s is gone; rebuilding the index from the current doc tower", published)
     return build()
+
+
+def rank_zeros_swap(world: World, roots: IndexRoots, swapped: tuple[MipsIndex, int] | None) -> tuple[MipsIndex, int] | None:
+    """Rank 0's index swap of this step (the index and its snapshot step, or None), on every
+    rank: the others load what rank 0 published, `<roots.index>/<snapshot step>/`, which rank 0
+    keeps while it is in use."""
+    if world.size == 1:
+        return swapped
+    snapshot_step = broadcast(world, None if swapped is None else swapped[1])
+    if world.leader or snapshot_step is None:
+        return swapped
+    return MipsIndex.load(Path(roots.index) / str(snapshot_step)), snapshot_step
 
 
 class IndexRefreshes:

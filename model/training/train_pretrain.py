@@ -14,7 +14,8 @@ It attaches the first index (`attach_index`), asks for a refresh every `refresh_
 through `hooks.refresh` (the flow's Prefect task) and swaps each one in `refresh_every` steps
 after its snapshot (`realm.model.training.pretrain_index.IndexRefreshes`), checkpoints
 every `checkpoint_every` steps, evaluates the held-out masked spans every `eval_every` steps
-and at the end, and returns the final index.
+and at the end, and returns the final index. On several processes each rank reads its share of
+every batch; rank 0 refreshes, evaluates and writes, and the other ranks `follow`.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from realm.model.publish import publish, staging_dir
 from realm.model.training.example_order import batch_rows, heldout_split, untrained_rows
 from realm.model.training.masked_span_accuracy import MaskedSpanTally, marginal_predictions, span_correct
 from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
-from realm.model.training.pretrain_index import IndexRefreshes, IndexRoots, RefreshFn, first_index
+from realm.model.training.distributed import ONE_PROCESS, World
+from realm.model.training.pretrain_index import IndexRefreshes, IndexRoots, RefreshFn, first_index, rank_zeros_swap
 from realm.model.training.pretrain_step import (
     PretrainBatch,
     StepOutputs,
@@ -101,30 +103,19 @@ class PretrainTrainer(Trainer):
     """
 
     def __init__(
-        self,
-        blocks_path: str,
-        examples_path: str,
-        checkpoint_root: str,
-        model_config: ModelConfig,
-        config: PretrainConfig,
-        init_retriever: str | None = None,
-        device: torch.device | None = None,
-        seed: int = 0,
+        self, blocks_path: str, examples_path: str, checkpoint_root: str, model_config: ModelConfig, config: PretrainConfig,
+        init_retriever: str | None = None, device: torch.device | None = None, seed: int = 0, world: World = ONE_PROCESS,
     ):
-        super().__init__(checkpoint_root, config, device, seed)
+        super().__init__(checkpoint_root, config, device, seed, world)
         self.blocks_path, self.model_config = blocks_path, model_config
         self.tokenizer = model_config.tokenizer()
-        self.blocks = BlockStore(
-            pa.Table.from_batches(list(fitted_block_batches(blocks_path, config.max_block_wordpieces)))
-        )
+        self.blocks = BlockStore(pa.Table.from_batches(list(fitted_block_batches(blocks_path, config.max_block_wordpieces))))
         self.examples = salient_examples(
             read_table(examples_path, PRETRAIN_EXAMPLES, columns=EXAMPLE_COLUMNS).to_pylist(), examples_path
         )
         self.train_rows, self.heldout_rows = heldout_split([e["example_id"] for e in self.examples], config.heldout_examples)
 
-        inputs = stage_inputs(
-            config, seed, {"blocks": blocks_path, "examples": examples_path, "init_retriever": init_retriever}
-        )
+        inputs = stage_inputs(config, seed, {"blocks": blocks_path, "examples": examples_path, "init_retriever": init_retriever})
         components = self._start_components(lambda: self._fresh_components(init_retriever), inputs)
         self.retriever = Retriever(
             components["query_embedder"], components["doc_embedder"], freeze_doc_tower=config.cached_doc_embeddings
@@ -134,10 +125,8 @@ class PretrainTrainer(Trainer):
         # the tied decoder (the input embedding) goes with the body at the body's rate.
         modules = [self.retriever.query_embedder, self.retriever.doc_embedder, self.encoder.bert, self.encoder.cls]
         optimizer = build_optimizer(
-            modules,
-            config.learning_rate,
+            modules, config.learning_rate, start_steps=[self._retriever_start_step] * 2 + [0, 0],
             learning_rates=[config.retriever_learning_rate] * 2 + [config.learning_rate, config.mlm_head_learning_rate],
-            start_steps=[self._retriever_start_step] * 2 + [0, 0],
         )
         scheduler = build_scheduler(optimizer, config.warmup_steps, config.steps, config.retriever_warmup_steps)
         state = self._restore(optimizer, scheduler, config.steps)
@@ -161,11 +150,8 @@ class PretrainTrainer(Trainer):
                 raise ValueError(f"{init_retriever}: retriever checkpoint has no {sorted(missing)}")
         else:
             towers = {name: build_component(Embedder, self.model_config) for name in ("query_embedder", "doc_embedder")}
-        return {
-            "query_embedder": towers["query_embedder"],
-            "doc_embedder": towers["doc_embedder"],
-            "encoder": build_encoder(self.model_config),
-        }
+        towers = {name: towers[name] for name in ("query_embedder", "doc_embedder")}
+        return {**towers, "encoder": build_encoder(self.model_config)}
 
     @property
     def _retriever_start_step(self) -> int:
@@ -177,7 +163,7 @@ class PretrainTrainer(Trainer):
     # -- the index -------------------------------------------------------------------------
 
     def attach_index(self, roots: IndexRoots) -> str:
-        """Put the first index into use (`first_index`); returns its published path."""
+        """Put the first index into use (`first_index`, rank 0's on every rank); returns its published path."""
         def build() -> tuple[str, int]:
             snapshot = self.snapshot_doc_tower(roots.snapshots)
             return rebuild_index(
@@ -185,9 +171,12 @@ class PretrainTrainer(Trainer):
                 self.config.keep_checkpoints, self.device, self.config.max_block_wordpieces,
             ), self.step
 
-        published, snapshot_step = first_index(roots, self.index_snapshot_step, build)
-        self.swap_index(MipsIndex.load(published, self.model_config.retrieval_dim), snapshot_step)
-        return published
+        first = None
+        if self.world.leader:
+            published, snapshot_step = first_index(roots, self.index_snapshot_step, build)
+            first = MipsIndex.load(published, self.model_config.retrieval_dim), snapshot_step
+        self.swap_index(*rank_zeros_swap(self.world, roots, first))
+        return str(self._index_in_use().path)
 
     def snapshot_doc_tower(self, snapshot_root: str) -> str:
         """Publish the current doc tower (`save_pretrained`, by rename with a manifest) as
@@ -268,15 +257,18 @@ class PretrainTrainer(Trainer):
         frozen); index_snapshot_step and index_age."""
         index = self._index_in_use()
         rows = batch_rows(self.train_rows, self.config.batch_size, self.seed, self.step)
+        shard = self.world.shard(rows)  # this rank's share; all of it in one process
         self._train_mode(True)
         # Set from the step alone, so a resumed run freezes exactly as this one. Frozen towers
         # build no graph; AdamW keeps no state for them until their first gradient.
         retriever_trains = self.step >= self._retriever_start_step
         self.retriever.query_embedder.requires_grad_(retriever_trains)
         self.retriever.freeze_doc_tower = self.config.cached_doc_embeddings or not retriever_trains
-        batch = self._batch(rows)
+        batch = self._batch(shard)
         outputs = self._forward(index, batch)
-        loss = apply_update(outputs.loss, self.optimizer, self.scheduler, "pre-training", self.step + 1)
+        loss = apply_update(
+            outputs.loss, self.optimizer, self.scheduler, "pre-training", self.step + 1, self.world, len(shard) / len(rows)
+        )
         self.step += 1
         p_z = outputs.log_p_z_given_x.exp()  # [batch, k]
         entropy = -(p_z * outputs.log_p_z_given_x.clamp(min=LOG_ZERO)).sum(dim=1)  # padding: 0 · LOG_ZERO = 0
@@ -360,30 +352,36 @@ class PretrainTrainer(Trainer):
         hooks.evaluated(self.step, which, tally.summary())
         return tally
 
-    def run(self, hooks: PretrainHooks, roots: IndexRoots) -> PretrainResult:
+    def follow(self, roots: IndexRoots) -> None:
+        """A rank > 0's pre-training: the same steps against rank 0's indexes, nothing written."""
+        self.run(None, roots)
+
+    def run(self, hooks: PretrainHooks | None, roots: IndexRoots) -> PretrainResult | None:
         """Pre-train to `config.steps` against indexes published under `roots`; on resume,
         against the index the checkpoint was using and with the refresh it had in flight, so no
-        step sees another index than the uninterrupted run's."""
-        log.info("training against index %s", self.attach_index(roots))
+        step sees another index than the uninterrupted run's. `hooks` None: a rank > 0 (`follow`)."""
+        log.info("training against index %s on %d process(es)", self.attach_index(roots), self.world.size)
         frozen = self.config.cached_doc_embeddings
-        refreshes = IndexRefreshes(
+        refreshes = hooks and IndexRefreshes(
             hooks.refresh, roots, lambda: self.snapshot_doc_tower(roots.snapshots),
             None if frozen else self.config.refresh_every, self.config.keep_checkpoints, self.index_snapshot_step,
             None if self.step >= self.total_steps else self.refresh_in_flight,
         )
 
         def refresh_on_schedule() -> None:
-            swapped = refreshes.before_step(self.step)
+            swapped = rank_zeros_swap(self.world, roots, refreshes.before_step(self.step) if refreshes else None)
             if swapped is not None:
                 self.swap_index(*swapped)
-            self.refresh_in_flight = refreshes.in_flight
+            self.refresh_in_flight = refreshes.in_flight if refreshes else None
 
         def evaluate_on_schedule() -> None:
             every = self.config.eval_every
             if every and self.step % every == 0 and self.step < self.total_steps:
                 self._evaluate(hooks, HELD_OUT)
 
-        self._train(hooks.progress, before_step=refresh_on_schedule, after_step=evaluate_on_schedule)
+        self._train(hooks and hooks.progress, refresh_on_schedule, evaluate_on_schedule if hooks else None)
+        if hooks is None:
+            return None
         index = refreshes.final_index(self.step, self.index_snapshot_step)
         tallies = {HELD_OUT: self._evaluate(hooks, HELD_OUT)}
         if self.config.untrained_eval_examples:

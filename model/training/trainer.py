@@ -15,6 +15,11 @@ It defines `train_step` (one update; returns `realm.model.progress.Progress.upda
 and what its checkpoints hold (`_checkpoint_components`, `_checkpoint_extra`,
 `_checkpoint_paths`, `_checkpoint_uses`).
 
+On several processes (`realm.model.training.distributed`) every rank starts from the checkpoint
+rank 0 picked (after rank 0 alone set aside a stage trained on other inputs) and takes rank 0's
+weights; rank 0 alone validates, reports and publishes checkpoints, which hold the plain
+modules, so a checkpoint resumes on any number of processes. `follow` is the other ranks' run.
+
 A stage resumes only on the inputs it was trained on (`realm.model.training.stage_inputs`,
 recorded in every checkpoint's manifest). When they changed (a new question file, another
 starting checkpoint or index, other settings), the stage's checkpoint root is set aside whole,
@@ -50,6 +55,7 @@ from realm.model.networks.config import set_transformers_verbosity_error
 from realm.model.networks.device import select_device
 from realm.model.networks.host_memory import reuse_freed_memory
 from realm.model.progress import Progress
+from realm.model.training.distributed import ONE_PROCESS, World, broadcast, same_parameters, seed_step
 from realm.model.training.stage_inputs import changed_inputs
 
 log = logging.getLogger(__name__)
@@ -112,13 +118,17 @@ def _unused_sibling(path: Path, label: str) -> Path:
 class Trainer:
     """Start, resume, the step loop and checkpoints (module docstring); subclasses add the model."""
 
-    def __init__(self, checkpoint_root: str | os.PathLike, config: LoopSettings, device: torch.device | None, seed: int):
+    def __init__(
+        self, checkpoint_root: str | os.PathLike, config: LoopSettings, device: torch.device | None, seed: int,
+        world: World = ONE_PROCESS,
+    ):
         set_transformers_verbosity_error()
         # Steps allocate and free the same large buffers again and again (gradients,
         # activations): keep them mapped rather than fault fresh pages in on every step.
         reuse_freed_memory()
         self.checkpoint_root, self.config, self.seed = str(checkpoint_root), config, seed
-        self.device = device or select_device()
+        self.world = world
+        self.device = world.device(device or select_device())
         self.resume: ResumePoint | None = None
 
     def _start_components(
@@ -129,8 +139,12 @@ class Trainer:
         function of the seed."""
         seed_everything(self.seed)
         self.inputs = inputs
-        self._set_aside_a_stage_trained_on_other_inputs()
-        self.resume = latest_resume_point(self.checkpoint_root, self.device)
+        if self.world.leader:
+            self._set_aside_a_stage_trained_on_other_inputs()
+        checkpoint = broadcast(self.world, latest_checkpoint(self.checkpoint_root) if self.world.leader else None)
+        if checkpoint is not None:
+            log.info("resuming from %s", checkpoint)
+        self.resume = None if checkpoint is None else ResumePoint(checkpoint, load_components(checkpoint, self.device))
         return self.resume.components if self.resume else build_fresh()
 
     def _set_aside_a_stage_trained_on_other_inputs(self) -> None:
@@ -161,6 +175,7 @@ class Trainer:
         self.step: int = state.step
         self.last_checkpoint: str | None = str(self.resume.checkpoint) if self.resume else None
         self.meter = Progress(total_steps, start_step=self.step)
+        same_parameters(self.world, [p for group in optimizer.param_groups for p in group["params"]])
         return state
 
     def train_step(self) -> dict:
@@ -184,7 +199,9 @@ class Trainer:
 
     def save_checkpoint(self) -> str:
         """Publish `<checkpoint_root>/<step>/`: components, optimizer, scheduler, RNG, the
-        trainer's own state and the stage's inputs."""
+        trainer's own state and the stage's inputs. Rank 0 alone writes."""
+        if not self.world.leader:
+            return self.last_checkpoint
         published = save_checkpoint(
             self.checkpoint_root, self.step, self._checkpoint_components(), self.optimizer, self.scheduler,
             extra=self._checkpoint_extra(), keep=self.config.keep_checkpoints, uses=self._checkpoint_uses(),
@@ -210,10 +227,11 @@ class Trainer:
         while self.step < self.total_steps:
             if before_step is not None:
                 before_step()
+            seed_step(self.world, self.seed, self.step)
             metrics = self.train_step()
             last = self.step == self.total_steps
             due = last or self.step % self.config.checkpoint_every == 0
-            validated = self._validate() if due else {}
+            validated = self._validate() if due and self.world.leader else {}
             # Reported before the checkpoint is published: a process killed between the two
             # redoes the step and reports it again, where the other order lost its report.
             if progress is not None and (last or self.step % self.config.log_every == 0 or validated):
@@ -222,6 +240,10 @@ class Trainer:
                 self.save_checkpoint()
             if after_step is not None:
                 after_step()
-        if self.last_checkpoint is None:
+        if self.last_checkpoint is None and self.world.leader:
             self._validate()
             self.save_checkpoint()
+
+    def follow(self) -> None:
+        """A rank > 0's part in the stage (`distributed.follow`): the same steps, nothing reported or written."""
+        self._train(None)
