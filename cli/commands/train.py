@@ -51,6 +51,8 @@ def handle(args: argparse.Namespace) -> int:
     params, run_preset, stage = stage_settings(args)
     read_question_files(args.qa or [])
     if args.nproc > 1:
+        if args.stage != "pretrain":  # the other stages' trainers do not shard their batches yet
+            raise SystemExit(f"realm train {args.stage}: --nproc trains pre-training only; run {args.stage} without it")
         return launch.relaunch(args)
     return launch.on_every_rank(lambda: _train(args, params, run_preset, stage), args.device)
 

@@ -176,3 +176,10 @@ def test_a_killed_rank_fails_the_job_in_one_line_and_the_same_command_resumes(pr
     resumed_from = int(re.search(r"pre-training from step (\d+) to 8 on 2 process", again.stderr).group(1))
     assert resumed_from >= 2 and resumed_from % 2 == 0
     assert sorted(losses(run)) == list(range(1, 9))
+
+
+def test_a_stage_that_does_not_shard_its_batches_is_refused_on_several_processes(tmp_path, capsys):
+    from realm.cli.main import main
+
+    assert main(["train", "ict", "--preset", "tiny", "--output", str(tmp_path / "r"), "--nproc", "2"]) == 2
+    assert "--nproc trains pre-training only" in capsys.readouterr().err
