@@ -6,7 +6,8 @@ summation order: with dropout off (tests/cli/no_dropout_realm.py) every logged l
 one-process loss within a relative NO_DROPOUT_RTOL (measured: 5e-8). With the tiny preset's
 dropout (0.1) each rank draws its own masks (seeded by seed, rank and step), so the same
 examples see other masks than in one process: within DROPOUT_RTOL over these steps (measured:
-0.3%). Resuming on the same number of processes is exact; on another number, within these.
+0.3%). A checkpoint resumed on another number of processes continues within these (every step
+is seeded from seed, rank and step, so resuming on the same number draws what the run would have).
 
 The processes run `python -m realm.cli.main` (or the no-dropout wrapper), each with its own
 temporary Prefect server, as a user's shell would.
