@@ -20,8 +20,6 @@ import sys
 import threading
 import time
 
-from realm.cli import prefect_server
-
 # Long enough for Prefect to mark the flow run crashed, short enough for a scheduler's stop.
 GRACE_S = 5.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -57,7 +55,9 @@ def _watch(read_fd: int) -> None:
     time.sleep(GRACE_S)
     print(f"realm: still running {GRACE_S:.0f} s after {signal.Signals(stop).name}; stopping now "
           "(the next run resumes from the last checkpoint)", file=sys.stderr, flush=True)
-    prefect_server.stop_own_servers()
+    # Only a command that ran flows started a server, and it imported this (Prefect) to do so.
+    if "realm.cli.prefect_server" in sys.modules:
+        sys.modules["realm.cli.prefect_server"].stop_own_servers()
     os._exit(exit_status(stop))
 
 
