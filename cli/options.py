@@ -71,8 +71,28 @@ def add_index_option(parser: argparse.ArgumentParser) -> None:
                         help="answer from the corpus NAME indexed for the run (`realm index`) instead of its own")
 
 
+def add_stage_param_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--param", action="append", default=[], metavar="STAGE.FIELD=VALUE",
+                        help="override any stage's parameter, e.g. --param finetune.epochs=2 (repeatable; STAGE one "
+                        "of prepare, ict, pretrain, warmup, finetune, evaluate)")
+
+
 def add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true", help=what)
+
+
+def add_min_confidence_option(parser: argparse.ArgumentParser, what: str) -> None:
+    from realm.model.qa.risk_coverage import MIN_CONFIDENCE
+
+    parser.add_argument("--min-confidence", type=probability, default=MIN_CONFIDENCE, metavar="P",
+                        help=f"{what} (the run's calibrated probability; default: %(default)s, every question answered)")
+
+
+def probability(value: str) -> float:
+    number = float(value)
+    if not 0.0 <= number <= 1.0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be a probability between 0 and 1, got {value}")
+    return number
 
 
 def positive_int(value: str) -> int:

@@ -2,6 +2,7 @@
 trained and evaluated on one corpus and question set (the Prefect flow `realm-reproduce`).
 
     realm reproduce --qa-dir ../shared/data/qa --output runs/reproduce --preset default
+    realm reproduce --qa-dir ../shared/data/qa --systems orqa realm --seeds 3 --param pretrain.cached_doc_embeddings=false
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import TYPE_CHECKING, get_args
 
 from pydantic import ValidationError
 
-from realm.cli.options import add_json_option, positive_int, print_json, read_question_files
-from realm.cli.settings import reasons
+from realm.cli.options import add_json_option, add_stage_param_option, positive_int, print_json, read_question_files
+from realm.cli.settings import reasons, with_stage_overrides
 from realm.flows.params import RunPreset
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ def add_parser(commands) -> None:
                         help="fine-tuning runs per system (seeds --seed, --seed + 1, ...), each system paired with orqa "
                         "over the seeds both have")
     parser.add_argument("--device")
+    add_stage_param_option(parser)
     add_json_option(parser, 'end with one JSON line {"<system>": {"<dataset>": {"em", "em_per_seed", "seeds", '
                     '"recall_at_5", "zero_shot_recall_at_5", "n"}}}, em and recall_at_5 averaged over the seeds')
     parser.set_defaults(handler=handle)
@@ -68,6 +70,9 @@ def reproduce_params(args: argparse.Namespace) -> ReproduceParams:
     read_question_files(qa_train + qa_dev)
     given = {name: getattr(args, name) for name in REPRODUCE_FIELDS if getattr(args, name) is not None}
     try:
+        if args.param:  # on the preset's stages; the systems are checked against the stages they make
+            preset = ReproduceParams(qa_train=qa_train, **{k: v for k, v in given.items() if k != "systems"})
+            given["stages"] = with_stage_overrides(preset.effective_stages(), args.param)
         return ReproduceParams(qa_train=qa_train, qa_dev=qa_dev, **given)
     except ValidationError as error:
         raise SystemExit(f"realm reproduce: {reasons(error)}") from None

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from realm.cli import launch
 from realm.cli.answering import print_answer, run_answerer
-from realm.cli.options import add_json_option, add_run_options, print_json, read_question_files
+from realm.cli.options import add_json_option, add_run_options, add_stage_param_option, print_json, read_question_files
 from realm.cli.settings import pipeline_params, reasons, record_presets, with_stage_overrides
 from realm.pipelines.corpus_names import CORPORA
 
@@ -41,9 +41,7 @@ def add_parser(commands) -> None:
                         "vital, the embedded vital articles); any other needs --input, and without --qa the run stops "
                         "after pre-training (the shipped questions' answers are in the vital articles)")
     parser.add_argument("--input", metavar="GLOB", help="path or glob of the corpus files (local or gs://; not for vital)")
-    parser.add_argument("--param", action="append", default=[], metavar="STAGE.FIELD=VALUE",
-                        help="override any stage's parameter, e.g. --param finetune.epochs=2 (repeatable; STAGE one "
-                        "of prepare, ict, pretrain, warmup, finetune, evaluate)")
+    add_stage_param_option(parser)
     parser.add_argument("--steps", type=int, help="pre-training's steps (the other stages: --param STAGE.steps=N or "
                         "--param finetune.epochs=N)")
     parser.add_argument("--qa", nargs="+", help="Open-QA training files for fine-tuning (default: the shipped NQ, WQ "

@@ -9,7 +9,9 @@ function of the step alone, so two runs with the same seed, or a resumed run and
 uninterrupted one, train on the same retrievals (a build that is not done by then is waited
 for). Staleness of a swap is the number of steps between its snapshot and the swap. At most
 one refresh is in flight. `refresh_every_steps = None` never refreshes: a frozen doc tower
-keeps its index current. Running the refresh is the caller's job (the pre-training loop asks
+keeps its index current. Nor does a doc tower that has not started training: the first refresh
+comes `refresh_every_steps` after `doc_tower_trains_from`, as an earlier one would rebuild the
+index in use. Running the refresh is the caller's job (the pre-training loop asks
 the flow for it, `realm.model.training.pretrain_index`); this object only keeps count.
 """
 
@@ -24,6 +26,7 @@ class IndexRefreshScheduler:
     index_snapshot_step: int | None = None  # snapshot step of the index in use (None: none yet)
     in_flight_snapshot_step: int | None = None  # a resumed run's refresh in flight at its checkpoint
     last_start_step: int | None = None  # None: that of the refresh in flight, else of the index in use
+    doc_tower_trains_from: int = 0  # the first step that updates the doc tower
     staleness_at_swap: list[int] = field(default_factory=list)  # one entry per swap
 
     def __post_init__(self) -> None:
@@ -38,11 +41,13 @@ class IndexRefreshScheduler:
 
     def is_time_to_refresh(self, step: int) -> bool:
         """True when no refresh is running and `refresh_every_steps` have passed since the last
-        one started (or none ever did); never without `refresh_every_steps`. Ask after
-        `is_time_to_swap`: the refresh due now is swapped in first."""
+        one started (or none ever did) and since the doc tower started training; never without
+        `refresh_every_steps`. Ask after `is_time_to_swap`: the refresh due now is swapped in first."""
         if self.refresh_every_steps is None or self.in_flight_snapshot_step is not None:
             return False
-        return self.last_start_step is None or step - self.last_start_step >= self.refresh_every_steps
+        if self.last_start_step is None:
+            return True
+        return step - max(self.last_start_step, self.doc_tower_trains_from) >= self.refresh_every_steps
 
     def swap_step(self) -> int | None:
         """The step whose training first retrieves from the refresh in flight: its snapshot

@@ -97,8 +97,9 @@ class IndexRefreshes:
     it goes into use at the step it would have.
 
     `snapshot()` publishes the current doc tower under `roots.snapshots` and returns its path;
-    `refresh_every` is None while the doc tower is frozen (cached mode: it never changes, so the
-    index in use stays current).
+    `refresh_every` is None when the doc tower is frozen for the whole stage (cached mode, or the
+    towers frozen to its end: it never changes, so the index in use stays current); `doc_tower_trains_from` is the step it starts training, before
+    which no refresh starts (`IndexRefreshScheduler`).
 
     Retention: refreshes and snapshots publish without pruning (`refresh` must prune neither
     root), as while a newer index is published the one in use may be named by no checkpoint
@@ -109,15 +110,15 @@ class IndexRefreshes:
 
     def __init__(
         self, refresh: RefreshFn, roots: IndexRoots, snapshot: Callable[[], str], refresh_every: int | None, keep: int,
-        index_snapshot_step: int, in_flight: str | None,
+        index_snapshot_step: int, in_flight: str | None, doc_tower_trains_from: int = 0,
     ):
         self.refresh, self.roots, self.snapshot, self.keep = refresh, roots, snapshot, keep
         self.frozen = refresh_every is None
         if self.frozen:
-            log.info("doc tower frozen (cached_doc_embeddings): the index of step %d stays current", index_snapshot_step)
+            log.info("doc tower frozen for the whole stage: the index of step %d stays current", index_snapshot_step)
             in_flight = None
         self.schedule = IndexRefreshScheduler(
-            refresh_every, index_snapshot_step=index_snapshot_step,
+            refresh_every, index_snapshot_step=index_snapshot_step, doc_tower_trains_from=doc_tower_trains_from,
             in_flight_snapshot_step=None if in_flight is None else int(Path(in_flight).name),
         )
         self.in_flight: str | None = in_flight

@@ -219,7 +219,7 @@ class PretrainTrainer(Trainer):
             query_embeddings, candidates = retrieve(
                 self.retriever, index, batch, self.config.num_candidates, self.device
             )  # [batch, d], [batch, k]
-            cached = index if self.config.cached_doc_embeddings else None
+            cached = None if self._doc_tower_learns else index
             doc_embeddings = candidate_embeddings(
                 self.retriever, self.tokenizer, self.blocks, candidates, self.device, cached, self.config.micro_batch
             )  # [batch, k, d]
@@ -238,10 +238,17 @@ class PretrainTrainer(Trainer):
             right_per_candidate=span_correct(vocab_log_probs.argmax(dim=-1), batch),
         )
 
+    @property
+    def _doc_tower_learns(self) -> bool:
+        """Whether the doc tower has trained or trains this step. Before that it is the tower every
+        index of the run was built with, so candidates take their vectors from the index (as in
+        cached mode) instead of a doc-tower forward per step."""
+        return not self.config.cached_doc_embeddings and self.step >= self._retriever_start_step
+
     def _train_mode(self, training: bool) -> None:
         # A frozen doc tower only embeds the null document; without dropout that is one fixed vector.
         self.retriever.query_embedder.train(training)
-        self.retriever.doc_embedder.train(training and not self.config.cached_doc_embeddings)
+        self.retriever.doc_embedder.train(training and self._doc_tower_learns)
         self.encoder.train(training)
 
     def train_step(self) -> dict:
@@ -361,11 +368,11 @@ class PretrainTrainer(Trainer):
         against the index the checkpoint was using and with the refresh it had in flight, so no
         step sees another index than the uninterrupted run's. `hooks` None: a rank > 0 (`follow`)."""
         log.info("training against index %s on %d process(es)", self.attach_index(roots), self.world.size)
-        frozen = self.config.cached_doc_embeddings
+        frozen = self.config.cached_doc_embeddings or self._retriever_start_step >= self.config.steps
         refreshes = hooks and IndexRefreshes(
             hooks.refresh, roots, lambda: self.snapshot_doc_tower(roots.snapshots),
             None if frozen else self.config.refresh_every, self.config.keep_checkpoints, self.index_snapshot_step,
-            None if self.step >= self.total_steps else self.refresh_in_flight,
+            None if self.step >= self.total_steps else self.refresh_in_flight, self._retriever_start_step,
         )
 
         def refresh_on_schedule() -> None:

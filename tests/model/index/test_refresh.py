@@ -60,3 +60,10 @@ def test_failed_refresh_allows_a_new_one():
     scheduler.refresh_failed()
     assert scheduler.index_age(5) is None and scheduler.swap_step() is None
     scheduler.refresh_started(10)
+
+
+def test_no_refresh_before_the_doc_tower_has_trained_refresh_every_steps():
+    """Towers frozen for 30 steps: the index of step 0 is the doc tower's until step 30, so the
+    first refresh snapshots it 10 steps of training later."""
+    scheduler = IndexRefreshScheduler(refresh_every_steps=10, index_snapshot_step=0, doc_tower_trains_from=30)
+    assert [step for step in range(45) if scheduler.is_time_to_refresh(step)] == list(range(40, 45))

@@ -130,6 +130,41 @@ def test_run_refreshes_on_schedule_swaps_when_the_next_starts_and_ends_on_the_fi
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["3", "5"]
 
 
+def test_no_refresh_starts_before_the_doc_tower_has_trained_refresh_every_steps(corpus, tmp_path, tiny_config):
+    """Towers frozen for 2 steps, a refresh every 2: the first refresh snapshots the doc tower
+    after 2 steps of training (step 4), and the final index is refreshed from step 5."""
+    blocks_path, examples_path = corpus
+    config = CONFIG.model_copy(update=dict(steps=5, refresh_every=2, retriever_frozen_steps=2, checkpoint_every=5))
+    trainer = PretrainTrainer(blocks_path, examples_path, str(tmp_path / "checkpoints"), tiny_config, config, device=CPU)
+    refreshed = []
+
+    def refresh(snapshot_dir: str, snapshot_step: int) -> RefreshPublishedAfterOnePoll:
+        refreshed.append(snapshot_step)
+        return RefreshPublishedAfterOnePoll(rebuild_index(
+            blocks_path, snapshot_dir, str(tmp_path / "embeddings"), str(tmp_path / "index"), snapshot_step, tiny_config,
+            None, CPU, config.max_block_wordpieces,
+        ))
+
+    trainer.run(PretrainHooks(lambda metrics: None, lambda step, which, e: None, refresh), _roots(tmp_path))
+    assert refreshed == [4, 5]
+
+
+def test_before_the_towers_train_candidates_take_the_index_vectors_as_in_cached_mode(corpus, tmp_path, tiny_config):
+    """The index holds the untrained doc tower's vectors, so the frozen steps of a full run
+    train exactly as a cached run's; they part once the doc tower trains."""
+    blocks_path, examples_path = corpus
+    losses = {}
+    for cached in (False, True):
+        config = CONFIG.model_copy(update=dict(steps=3, retriever_frozen_steps=2, cached_doc_embeddings=cached))
+        trainer = PretrainTrainer(
+            blocks_path, examples_path, str(tmp_path / str(cached) / "checkpoints"), tiny_config, config, device=CPU
+        )
+        trainer.attach_index(_roots(tmp_path / str(cached)))
+        losses[cached] = [trainer.train_step()["loss"] for _ in range(3)]
+    assert losses[False][:2] == losses[True][:2]
+    assert losses[False][2] != losses[True][2]
+
+
 REFRESHING = CONFIG.model_copy(update=dict(steps=6, refresh_every=2, checkpoint_every=1, log_every=1))
 
 
