@@ -120,7 +120,8 @@ def realm_pretrain(
         reporter = TrainingReporter("pretrain", layout.reports, trainer.step, params.steps)
         result = trainer.run(PretrainHooks(reporter, evaluated, refresh), roots)
     reporter.publish_curves(("loss", "retrieval_entropy", "accuracy_with_retrieval", "accuracy_null_only"))
-    _publish_summary(result.evaluations, result.refreshes)
+    if result.evaluations:  # none after 0 steps
+        _publish_summary(result.evaluations, result.refreshes)
     _write_outcomes(layout, result.outcomes)
     return _flow_result(result)
 
@@ -147,10 +148,11 @@ def _write_outcomes(layout: RunLayout, outcomes: dict[str, list[dict]]) -> None:
 
 def _flow_result(result) -> dict:
     """What the flow returns (plain JSON): checkpoint, index, step, the held-out evaluation's
-    keys, `untrained` (the never-trained-on evaluation, when asked for) and the refreshes."""
+    keys (none after 0 steps), `untrained` (the never-trained-on evaluation, when asked for) and
+    the refreshes."""
     from realm.model.training.train_pretrain import HELD_OUT, NEVER_TRAINED_ON
 
-    summary = {"checkpoint": result.checkpoint, "index": result.index, "step": result.step, **result.evaluations[HELD_OUT]}
+    summary = {"checkpoint": result.checkpoint, "index": result.index, "step": result.step, **result.evaluations.get(HELD_OUT, {})}
     if NEVER_TRAINED_ON in result.evaluations:
         summary["untrained"] = result.evaluations[NEVER_TRAINED_ON]
     return {**summary, "refreshes": result.refreshes}

@@ -97,8 +97,8 @@ def _run(args: argparse.Namespace, params, run_preset) -> int:
     record_presets(params, run_preset)
     prefect_server.install()
     result = realm_pipeline(params)
-    summary = {"evaluate": result["evaluate"], "pretrain": {k: result["pretrain"][k] for k in (
-        "accuracy_with_retrieval", "accuracy_null_only", "examples")}, "note": result.get("note")}
+    summary = {"evaluate": result["evaluate"], "pretrain": {k: result["pretrain"].get(k) for k in (
+        "step", "accuracy_with_retrieval", "accuracy_null_only", "examples")}, "note": result.get("note")}
     if args.json:
         print_json(summary)
         return 0

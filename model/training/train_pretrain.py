@@ -390,8 +390,12 @@ class PretrainTrainer(Trainer):
         if hooks is None:
             return None
         index = refreshes.final_index(self.step, self.index_snapshot_step)
-        tallies = {HELD_OUT: self._evaluate(hooks, HELD_OUT)}
-        if self.config.untrained_eval_examples:
+        tallies = {}
+        if self.config.steps == 0:  # an untrained MLM head's accuracy would read as a result
+            log.info("0 pre-training steps: no held-out masked-span evaluation")
+        else:
+            tallies[HELD_OUT] = self._evaluate(hooks, HELD_OUT)
+        if self.config.untrained_eval_examples and self.config.steps:
             rows = self.untrained_rows(self.config.untrained_eval_examples)
             if len(rows):
                 tallies[NEVER_TRAINED_ON] = self._evaluate(hooks, NEVER_TRAINED_ON, rows)

@@ -149,6 +149,16 @@ def test_no_refresh_starts_before_the_doc_tower_has_trained_refresh_every_steps(
     assert refreshed == [4, 5]
 
 
+def test_a_stage_of_0_steps_evaluates_nothing_and_ends_on_the_index_it_started_with(corpus, tmp_path, tiny_config):
+    blocks_path, examples_path = corpus
+    config = CONFIG.model_copy(update=dict(steps=0, untrained_eval_examples=3))
+    trainer = PretrainTrainer(blocks_path, examples_path, str(tmp_path / "checkpoints"), tiny_config, config, device=CPU)
+    evaluated = []
+    hooks = PretrainHooks(lambda metrics: None, lambda step, which, e: evaluated.append(which), lambda *a: None)
+    result = trainer.run(hooks, _roots(tmp_path))
+    assert (evaluated, result.evaluations, result.step, result.index) == ([], {}, 0, str(tmp_path / "index" / "0"))
+
+
 def test_before_the_towers_train_candidates_take_the_index_vectors_as_in_cached_mode(corpus, tmp_path, tiny_config):
     """The index holds the untrained doc tower's vectors, so the frozen steps of a full run
     train exactly as a cached run's; they part once the doc tower trains."""
