@@ -1,6 +1,7 @@
 """What an index was built from, recorded in its manifest: the doc tower (checkpoint step and
 the sha256 of its weights), the corpus snapshot (block count and a hash of its content), the
-block length it embedded, and when. Block ids are hashes of a block's title and body
+block length it embedded, and when; each shard of a sharded index, its own blocks and the
+embeddings files it was built from. Block ids are hashes of a block's title and body
 (`pipelines/chunk.py`), so the sorted ids fingerprint the corpus's content.
 """
 
@@ -25,6 +26,12 @@ def doc_tower_fingerprint(doc_embedder_dir: str | os.PathLike, step: int) -> dic
 def corpus_fingerprint(block_ids: np.ndarray) -> dict:
     ids = np.sort(np.asarray(block_ids, dtype="<i8"))
     return {"blocks": int(len(ids)), "content_sha256": hashlib.sha256(ids.tobytes()).hexdigest()}
+
+
+def shard_lineage(block_ids: np.ndarray, embeddings_files: dict[str, str]) -> dict:
+    """What one shard of an index holds, in its manifest entry: the fingerprint of its blocks
+    and, when it was built from an embeddings artifact's files, their relative paths and sha256."""
+    return {"corpus": corpus_fingerprint(block_ids), **({"embeddings": embeddings_files} if embeddings_files else {})}
 
 
 def index_lineage(doc_tower: dict, block_ids: np.ndarray, max_block_wordpieces: int, **extra) -> dict:

@@ -1,16 +1,20 @@
+import dataclasses
 import json
 import logging
 
 import numpy as np
 import pytest
 
+from realm.model.index.lineage import corpus_fingerprint
 from realm.model.index.mips import (
+    MAX_SHARD_BLOCKS,
     BruteForceIndex,
     IndexConfig,
     IndexIntegrityError,
     MipsIndex,
     ivf_nlist,
     latest_published,
+    shard_bounds,
 )
 from realm.model.publish import IntegrityError
 
@@ -174,6 +178,90 @@ def test_an_hnsw_search_leaves_the_shared_index_as_it_was():
     # would be another's, sized for another k.
     vectors, block_ids, queries = _clustered(2000)
     index = MipsIndex.build(vectors, block_ids, IndexConfig(kind="hnsw", ef_search=16))
-    before = index.index.hnsw.efSearch
+    before = index.shards[0].index.hnsw.efSearch
     scores, _ = index.search(queries, 50)
-    assert np.isfinite(scores).all() and index.index.hnsw.efSearch == before
+    assert np.isfinite(scores).all() and index.shards[0].index.hnsw.efSearch == before
+
+
+def test_four_shards_return_the_same_top_k_as_one_exact_index():
+    vectors, block_ids, queries = _clustered(3001)
+    sharded = MipsIndex.build(vectors, block_ids, IndexConfig(shards=4))
+    scores, ids = sharded.search(queries, 10)
+    one_scores, one_ids = MipsIndex.build(vectors, block_ids).search(queries, 10)
+    np.testing.assert_array_equal(ids, one_ids)
+    np.testing.assert_allclose(scores, one_scores, rtol=1e-5, atol=1e-6)
+    assert [len(shard.block_ids) for shard in sharded.shards] == [750, 750, 751, 750]
+
+
+def test_shard_bounds_cover_every_row_once_in_near_equal_slices():
+    assert shard_bounds(10, 4) == [(0, 2), (2, 5), (5, 8), (8, 10)]
+    assert shard_bounds(8, 1) == [(0, 8)]
+
+
+def test_sharded_ivf_keeps_every_candidate_one_ivf_index_finds():
+    # The shards share one trained quantizer and probe the same lists; each returns its own
+    # shortlist, so their union holds the single index's shortlist and the merged top-k is
+    # at least as good, rank by rank.
+    vectors, block_ids, queries = _clustered(4000)
+    config = IndexConfig(kind="ivf", nlist=32, nprobe=2, shortlist_factor=1)
+    one_scores, _ = MipsIndex.build(vectors, block_ids, config).search(queries, 8)
+    sharded = MipsIndex.build(vectors, block_ids, dataclasses.replace(config, shards=4))
+    scores, ids = sharded.search(queries, 8)
+    assert (scores >= one_scores - 1e-6).all() and (scores > one_scores + 1e-6).any()
+    np.testing.assert_allclose(scores, np.einsum("qd,qkd->qk", queries, sharded.lookup(ids)), rtol=1e-5, atol=1e-6)
+
+
+def test_sharded_hnsw_returns_exact_scores_and_high_recall():
+    vectors, block_ids, queries = _clustered(4000)
+    index = MipsIndex.build(vectors, block_ids, IndexConfig(kind="hnsw", shards=3))
+    scores, ids = index.search(queries, 8)
+    np.testing.assert_allclose(scores, np.einsum("qd,qkd->qk", queries, index.lookup(ids)), rtol=1e-5, atol=1e-6)
+    _, oracle_ids = BruteForceIndex.build(vectors, block_ids).search(queries, 8)
+    assert np.mean([len(set(a) & set(b)) / 8 for a, b in zip(ids, oracle_ids)]) > 0.9
+
+
+def test_a_sharded_index_round_trips_with_its_shards_and_their_lineage_in_the_manifest(tmp_path):
+    vectors, block_ids, queries = _clustered(2000)
+    index = MipsIndex.build(vectors, block_ids, IndexConfig(kind="ivf", nlist=16, shards=4))
+    path = index.save(tmp_path / "index", step=3)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["count"] == 2000 and manifest["config"]["shards"] == 4
+    assert [shard["dir"] for shard in manifest["shards"]] == [f"shard-0000{n}" for n in range(4)]
+    assert [shard["count"] for shard in manifest["shards"]] == [500] * 4
+    assert [shard["lineage"] for shard in manifest["shards"]] == [
+        {"corpus": corpus_fingerprint(block_ids[start : start + 500])} for start in range(0, 2000, 500)
+    ]
+    assert manifest["files"]["shard-00002/vectors.npy"]["size"] == 128 + 500 * 32 * 4
+    loaded = MipsIndex.load(path, expected_dim=32)
+    for got, want in zip(loaded.search(queries, 8), index.search(queries, 8)):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(loaded.lookup(block_ids[[1999, 0, 700]]), vectors[[1999, 0, 700]])
+    np.testing.assert_array_equal(loaded.vectors, vectors)
+    assert loaded.config == index.config
+
+
+def test_a_damaged_or_miscounted_shard_fails_naming_it(tmp_path):
+    vectors, block_ids, _ = _clustered(400)
+    path = MipsIndex.build(vectors, block_ids, IndexConfig(shards=2)).save(tmp_path, step=1)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["shards"][1]["count"] = 199
+    manifest["shards"][0]["count"] = 201
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IndexIntegrityError, match=f"{path}/shard-00000: index.faiss count is 200, manifest.json says 201"):
+        MipsIndex.load(path)
+    manifest["shards"][0]["count"] = 200
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IndexIntegrityError, match=f"{path}: its shards hold 399 blocks, manifest.json says 400"):
+        MipsIndex.load(path)
+    with open(path / "shard-00001" / "block_ids.npy", "ab") as handle:
+        handle.write(b"x")
+    with pytest.raises(IntegrityError, match=f"{path}/shard-00001/block_ids.npy: size"):
+        MipsIndex.load(path)
+
+
+def test_the_default_index_is_exact_below_a_million_blocks_and_sharded_above_max_shard_blocks():
+    assert IndexConfig.for_corpus(999_999) == IndexConfig(kind="flat", shards=1)
+    assert IndexConfig.for_corpus(1_000_000) == IndexConfig(kind="ivf", shards=1)
+    assert IndexConfig.for_corpus(MAX_SHARD_BLOCKS).shards == 1
+    assert IndexConfig.for_corpus(MAX_SHARD_BLOCKS + 1).shards == 2
+    assert IndexConfig.for_corpus(13_000_000) == IndexConfig(kind="ivf", shards=4)
