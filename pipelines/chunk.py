@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 
 import apache_beam as beam
+from apache_beam.transforms.combiners import CountCombineFn, SingleInputTupleCombineFn
 from realm.model.tokenization import BLOCK_SPECIAL_TOKENS, MAX_BLOCK_WORDPIECES, WordPieceTokenizer, load_tokenizer
 from realm.pipelines.artifacts import ReadArtifact
 from realm.pipelines.dead_letters import DEAD_LETTER, counter, reject
@@ -155,14 +156,42 @@ class ChunkDocumentFn(beam.DoFn):
         yield from blocks
 
 
-def first_of_duplicates(element) -> dict:
-    """One block per block_id. Identical title + body (a document published twice, a mirrored
-    news story) would otherwise enter the index twice and split retrieval mass between copies;
-    the copy from the smallest (doc_id, block_index) wins so every run keeps the same one."""
-    _, copies = element
-    copies = sorted(copies, key=lambda b: (b["doc_id"], b["block_index"]))
-    counter(STAGE, "duplicate_blocks_dropped").inc(len(copies) - 1)
-    return copies[0]
+def copy_rank(block: dict) -> tuple[str, int]:
+    """Which copy of a block is kept: the smallest (doc_id, block_index), so every run keeps the same one."""
+    return block["doc_id"], block["block_index"]
+
+
+def first_of_duplicated(element) -> Iterator[tuple[int, tuple[str, int]]]:
+    """(block_id, rank of the kept copy) for a block_id held by more than one block; counts the
+    copies dropped (0 for a block_id held once, so a clean corpus still reports the counter)."""
+    block_id, (first_rank, copies) = element
+    counter(STAGE, "duplicate_blocks_dropped").inc(copies - 1)
+    if copies > 1:
+        yield block_id, first_rank
+
+
+def is_kept_copy(block: dict, kept_ranks: dict[int, tuple[str, int]]) -> bool:
+    kept_rank = kept_ranks.get(block["block_id"])
+    return kept_rank is None or kept_rank == copy_rank(block)
+
+
+class DropDuplicateBlocks(beam.PTransform):
+    """blocks -> one block per block_id. Identical title + body (a document published twice, a
+    mirrored news story) would otherwise enter the index twice and split retrieval mass between
+    copies. Only (block_id, copy rank) pairs go through the shuffle; the blocks themselves are
+    filtered in place against the kept rank of each duplicated block_id, a side input as large
+    as the corpus's duplicates, not the corpus."""
+
+    def expand(self, blocks):
+        # (block_id, (doc_id, block_index)) per block, combined before the shuffle into
+        # (block_id, ((doc_id, block_index) of the first copy, copies)).
+        kept_ranks = (
+            blocks
+            | "RankCopies" >> beam.Map(lambda block: (block["block_id"], copy_rank(block)))
+            | "FirstCopy" >> beam.CombinePerKey(SingleInputTupleCombineFn(min, CountCombineFn()))
+            | "DuplicatedIds" >> beam.FlatMap(first_of_duplicated)
+        )
+        return blocks | "KeepFirstCopies" >> beam.Filter(is_kept_copy, beam.pvalue.AsDict(kept_ranks))
 
 
 class ChunkDocuments(beam.PTransform):
@@ -177,13 +206,7 @@ class ChunkDocuments(beam.PTransform):
         outputs = documents | "Chunk" >> beam.ParDo(
             ChunkDocumentFn(self.model_dir, self.max_wordpieces)
         ).with_outputs(DEAD_LETTER, main="blocks")
-        unique_blocks = (
-            outputs.blocks
-            | "KeyById" >> beam.Map(lambda block: (block["block_id"], block))
-            | "GroupCopies" >> beam.GroupByKey()
-            | "DropDuplicates" >> beam.Map(first_of_duplicates)
-        )
-        return {"blocks": unique_blocks, "dead_letter": outputs[DEAD_LETTER]}
+        return {"blocks": outputs.blocks | DropDuplicateBlocks(), "dead_letter": outputs[DEAD_LETTER]}
 
 
 def run(argv=None):

@@ -1,9 +1,16 @@
 import apache_beam as beam
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from realm.model.tokenization import load_tokenizer
-from realm.pipelines.chunk import ChunkDocuments, load_sentencizer, sentence_spans, split_into_blocks
+from realm.pipelines.chunk import (
+    ChunkDocuments,
+    DropDuplicateBlocks,
+    load_sentencizer,
+    sentence_spans,
+    split_into_blocks,
+)
 
 SENTENCES = [
     f"Sentence number {i} mentions the city of Springfield and the year {1900 + i} in passing."
@@ -86,3 +93,39 @@ def test_chunk_transform_emits_blocks_dedupes_copies_and_dead_letters_empty_and_
                       ("chunk", "huge", "chunk_document_too_long")]),
             label="dead_letter",
         )
+
+
+def dropped_duplicates(result) -> int:
+    result.wait_until_finish()
+    counters = result.metrics().query(MetricsFilter().with_name("duplicate_blocks_dropped"))["counters"]
+    return sum(c.committed for c in counters)
+
+
+def block(block_id, doc_id, block_index):
+    return {"block_id": block_id, "doc_id": doc_id, "block_index": block_index, "text": f"{doc_id}/{block_index}"}
+
+
+def test_duplicate_blocks_keep_the_copy_with_the_smallest_doc_id_and_block_index_and_count_the_rest():
+    pipeline = TestPipeline()
+    kept = (
+        pipeline
+        | beam.Create([block(7, "b", 0), block(7, "a", 2), block(7, "a", 1), block(8, "c", 3), block(9, "b", 1),
+                       block(9, "a", 0)])
+        | DropDuplicateBlocks()
+    )
+    assert_that(
+        kept | beam.Map(lambda b: (b["block_id"], b["doc_id"], b["block_index"], b["text"])),
+        equal_to([(7, "a", 1, "a/1"), (8, "c", 3, "c/3"), (9, "a", 0, "a/0")]),
+    )
+    assert dropped_duplicates(pipeline.run()) == 3
+
+
+def test_a_corpus_without_duplicates_keeps_every_block_and_reports_none_dropped():
+    pipeline = TestPipeline()
+    kept = pipeline | beam.Create([block(1, "a", 0), block(2, "a", 1)]) | DropDuplicateBlocks()
+    assert_that(kept | beam.Map(lambda b: b["block_id"]), equal_to([1, 2]))
+    result = pipeline.run()
+    result.wait_until_finish()
+    names = {c.key.metric.name for c in result.metrics().query()["counters"]}
+    assert "duplicate_blocks_dropped" in names
+    assert dropped_duplicates(result) == 0
