@@ -156,9 +156,8 @@ def _tiny() -> PipelineParams:
         ict=IctParams(steps=40, batch_size=16, warmup_steps=4, checkpoint_every=20, heldout_examples=64,
                       tower_layers=None, retrieval_pooling="cls", projection_init="random"),
         pretrain=PretrainParams(steps=30, batch_size=4, warmup_steps=3, checkpoint_every=10, refresh_every=10, heldout_examples=32,
-                                cached_doc_embeddings=False, retriever_frozen_steps=0),
-        # A random tiny model retrieves an answer for few cloze questions: 200 over 20 candidates
-        # leave some to train on, where fewer over 5 left none.
+                                doc_tower="whole", retriever_frozen_steps=0),
+        # Every SQuAD question is read over its own paragraph, so each of the 200 trains.
         warmup=ReaderWarmupParams(questions=200, batch_size=4, checkpoint_every=25),
         finetune=FinetuneParams(epochs=1, batch_size=4, checkpoint_every=25, num_candidates=5),
     )
@@ -174,7 +173,7 @@ def _gpu() -> PipelineParams:
         # towers train in the second half without collapsing p(z|x) (docs/measurements.md,
         # "Retrieval that helps the masked LM").
         pretrain=PretrainParams(steps=3000, batch_size=32, warmup_steps=300, checkpoint_every=250, refresh_every=250,
-                                cached_doc_embeddings=False, heldout_examples=1024, retriever_frozen_steps=1500,
+                                doc_tower="whole", heldout_examples=1024, retriever_frozen_steps=1500,
                                 micro_batch=256, **lengths),
         warmup=ReaderWarmupParams(questions=20000, batch_size=32),
         finetune=FinetuneParams(epochs=10, batch_size=32, checkpoint_every=200),

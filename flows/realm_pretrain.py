@@ -12,8 +12,10 @@ writes the last evaluation's outcome per example to `masked_spans/` (`realm comp
 runs' on the examples both evaluated). A
 killed run restarts from its last checkpoint, the index that checkpoint trained against and
 the refresh it had in flight (from the same snapshot); a half-written index is never opened.
-With the doc tower frozen (`cached_doc_embeddings`) there is nothing to refresh: the run
-trains against the index its tower built, and fine-tuning reads that one.
+With the doc tower frozen (`doc_tower` "frozen") there is nothing to refresh: the run trains
+against the index its tower built, and fine-tuning reads that one. With only its projection
+learning ("projection"), a refresh projects the blocks' pooled states again
+(`realm.model.index.pooled_states`) instead of re-embedding the corpus.
 
 Under torchrun (`realm train pretrain --nproc N`) this flow runs on rank 0 only: it hands the
 trainer's recipe to the other ranks (`realm.model.training.distributed.lead`), which train
@@ -36,22 +38,32 @@ from realm.flows.reporting import TrainingReporter
 @task(name="realm-refresh-index", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
 def refresh_index(
     output: str, model_preset: str, snapshot_dir: str, snapshot_step: int, max_block_wordpieces: int, device: str | None,
+    reproject: bool = False,
 ) -> dict:
-    """Re-embed every block with the doc-tower snapshot and publish `index/<snapshot_step>/`
-    (and its embeddings). Prunes neither: the trainer does once it swaps the index in, as only
-    it knows which index is in use."""
+    """Re-embed every block with the doc-tower snapshot (with `reproject`, project the blocks'
+    pooled states with its projection) and publish `index/<snapshot_step>/` (and its embeddings).
+    Prunes neither: the trainer does once it swaps the index in, as only it knows which index is
+    in use."""
     import time
 
     from realm.model.networks.config import ModelConfig
     from realm.model.networks.device import select_device
     from realm.model.index.rebuild import rebuild_index
 
+    from realm.model.index.pooled_states import reproject_index
+
     layout = RunLayout.at(output)
     started = time.perf_counter()
-    path = rebuild_index(
-        layout.blocks, snapshot_dir, layout.embeddings, layout.index, snapshot_step,
-        ModelConfig.preset(model_preset, bert_dir=layout.bert_dir()), keep=None, device=select_device(device), max_block_wordpieces=max_block_wordpieces,
-    )
+    if reproject:
+        path = reproject_index(
+            str(layout.pooled_states), snapshot_dir, layout.embeddings, layout.index, snapshot_step, None, max_block_wordpieces
+        )
+    else:
+        path = rebuild_index(
+            layout.blocks, snapshot_dir, layout.embeddings, layout.index, snapshot_step,
+            ModelConfig.preset(model_preset, bert_dir=layout.bert_dir()), keep=None, device=select_device(device),
+            max_block_wordpieces=max_block_wordpieces,
+        )
     seconds = time.perf_counter() - started
     get_run_logger().info("published index %s (snapshot step %d) in %.1f s", path, snapshot_step, seconds)
     return {"path": str(path), "snapshot_step": snapshot_step, "seconds": seconds}
@@ -97,6 +109,7 @@ def realm_pretrain(
     def refresh(snapshot_dir: str, snapshot_step: int) -> _RefreshTaskRun:
         return _RefreshTaskRun(refresh_index.submit(
             str(layout.root), run.model_preset, snapshot_dir, snapshot_step, params.max_block_wordpieces, run.device,
+            params.doc_tower == "projection",
         ))
 
     def evaluated(step: int, which: str, evaluation: dict) -> None:
@@ -104,7 +117,7 @@ def realm_pretrain(
         if which == HELD_OUT:  # the curves' points; another set at the same step would overwrite them
             reporter.record({"step": step, **evaluation})
 
-    roots = IndexRoots(layout.index, layout.embeddings, str(layout.snapshots))
+    roots = IndexRoots(layout.index, layout.embeddings, str(layout.snapshots), str(layout.pooled_states))
     with layout.training_lock():
         world = world_from_environment()
         trainer = lead(world, partial(

@@ -93,10 +93,10 @@ class ReproduceParams(BaseModel):
             frozen = f"pre-training keeps the retriever frozen for all its steps (retriever_frozen_steps >= steps = {pretrain.steps})"
             repeats["realm_retriever_baseline_encoder"] = f"repeats orqa: {frozen}, so its retriever is ICT's"
             repeats["baseline_retriever_realm_encoder"] = f"repeats realm: {frozen}, so realm's retriever is ICT's"
-        if not retriever_trains or pretrain.cached_doc_embeddings:
+        if not retriever_trains or pretrain.doc_tower == "frozen":
             repeats["stale_index"] = (
                 "repeats realm: the doc tower never trains in pre-training (frozen retriever or "
-                "pretrain.cached_doc_embeddings), so no index is ever refreshed to be stale"
+                "pretrain.doc_tower frozen), so no index is ever refreshed to be stale"
             )
         return repeats
 

@@ -19,6 +19,7 @@ from realm.schemas.io import (
     write_table,
 )
 from realm.schemas.masked_spans import MASKED_SPAN_OUTCOMES
+from realm.schemas.pooled_states import POOLED_STATES
 from realm.schemas.predictions import PREDICTIONS
 from realm.schemas.reproduction import REPRODUCTION_RESULTS
 
@@ -31,6 +32,7 @@ ARTIFACTS = {
     "ict_examples": ICT_EXAMPLES,
     "dead_letter": DEAD_LETTER,
     "embeddings": EMBEDDINGS,
+    "pooled_states": POOLED_STATES,
     "predictions": PREDICTIONS,
     "masked_spans": MASKED_SPAN_OUTCOMES,
     "reproduction": REPRODUCTION_RESULTS,
@@ -48,6 +50,7 @@ __all__ = [
     "ICT_EXAMPLES",
     "MASKED_SPAN_OUTCOMES",
     "MAX_RAW_CHARS",
+    "POOLED_STATES",
     "PREDICTIONS",
     "PRETRAIN_EXAMPLES",
     "REPRODUCTION_RESULTS",

@@ -8,6 +8,7 @@ contract like the Parquet schemas beside it: it imports nothing above them.
     <root>/checkpoints/{warmup,finetune}/best/<step>/    the best validated one
     <root>/checkpoints/<stage>.superseded-<n>/           a stage set aside when its inputs changed
     <root>/snapshots/<step>/doc_embedder                 doc tower snapshots the refresh embeds with
+    <root>/pooled_states/<bert>-<length>/0/              the blocks' pooled doc-tower states (doc_tower projection)
     <root>/embeddings/<step>/, <root>/index/<step>/      refreshed doc embeddings and MIPS indexes
     <root>/bm25/<step>/                                  BM25 index over the blocks (BERT-Baseline)
     <root>/predictions/<dataset>.parquet, <root>/reports/ (metrics JSON lines, loss curves)
@@ -88,6 +89,10 @@ class RunLayout:
     @property
     def embeddings(self) -> str:
         return self.artifact("embeddings")
+    @property
+    def pooled_states(self) -> Path:
+        return self.root / "pooled_states"
+
 
     @property
     def index(self) -> str:

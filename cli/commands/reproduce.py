@@ -2,7 +2,7 @@
 trained and evaluated on one corpus and question set (the Prefect flow `realm-reproduce`).
 
     realm reproduce --qa-dir ../shared/data/qa --output runs/reproduce --preset default
-    realm reproduce --qa-dir ../shared/data/qa --systems orqa realm --seeds 3 --param pretrain.cached_doc_embeddings=false
+    realm reproduce --qa-dir ../shared/data/qa --systems orqa realm --seeds 3 --param pretrain.doc_tower=whole
 """
 
 from __future__ import annotations

@@ -133,4 +133,5 @@ def _print_scores(output: str, result: dict) -> None:
         print(f"\nmasked-span accuracy on {pretrain['examples']} held-out pre-training examples: "
               f"{pretrain['accuracy_with_retrieval']:.3f} with retrieval, {pretrain['accuracy_null_only']:.3f} null document alone")
     else:
-        print("\npre-training: 0 steps (the index and the starting encoder only; the preset's choice)")
+        print("\npre-training: 0 steps, the preset's choice: REALM pre-training has not beaten skipping it on the dev sets "
+              "(docs/measurements.md, \"REALM against ORQA on three seeds\"), so the hour goes to fine-tuning")

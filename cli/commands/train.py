@@ -25,7 +25,7 @@ def add_parser(commands) -> None:
     add_run_options(parser)
     parser.add_argument("--steps", type=int, help="override the preset's number of steps")
     parser.add_argument("--param", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override any stage parameter, e.g. --param cached_doc_embeddings=true (repeatable)")
+                        help="override any stage parameter, e.g. --param doc_tower=whole (repeatable)")
     parser.add_argument("--qa", nargs="+", help="finetune: Open-QA training files (default: the shipped NQ, WQ and CT sets)")
     launch.add_launch_options(parser)
     parser.set_defaults(handler=handle)

@@ -38,7 +38,7 @@ class EmbedStats:
     seconds: float
 
 
-def _windows(blocks: pa.Table | Iterable[pa.RecordBatch], window_blocks: int) -> Iterator[pa.Table]:
+def block_windows(blocks: pa.Table | Iterable[pa.RecordBatch], window_blocks: int) -> Iterator[pa.Table]:
     batches = blocks.to_batches(max_chunksize=window_blocks) if isinstance(blocks, pa.Table) else blocks
     pending, pending_rows = [], 0
     for batch in batches:
@@ -59,18 +59,22 @@ def embed_window(
     device: torch.device,
     cpu_bf16_autocast: bool,
     progress: Callable[[int], None] | None = None,
+    pooled: bool = False,
 ) -> np.ndarray:
     """[rows, dim] float32 embeddings of a window's blocks, in the window's row order, computed
-    in length-sorted batches; `progress` is told each batch's block count once it is embedded."""
+    in length-sorted batches; `progress` is told each batch's block count once it is embedded.
+    With `pooled`, the tower's pooled final states before its projection ([rows, hidden])."""
     sequences = [
         block_sequence(tokenizer, title, body)
         for title, body in zip(window["title_token_ids"].to_pylist(), window["body_token_ids"].to_pylist())
     ]
-    out = np.empty((window.num_rows, doc_embedder.config.retrieval_dim), dtype=np.float32)
+    encode = doc_embedder.pooled if pooled else doc_embedder
+    width = doc_embedder.config.hidden_size if pooled else doc_embedder.config.retrieval_dim
+    out = np.empty((window.num_rows, width), dtype=np.float32)
     with torch.inference_mode(), autocast(device, cpu_bf16_autocast):
         for rows in length_sorted_groups([len(ids) for ids, _ in sequences], batch_size):
             inputs = pad_batch([sequences[row] for row in rows], tokenizer.pad_id).to(device)
-            out[rows] = doc_embedder(**inputs.as_kwargs()).float().cpu().numpy()
+            out[rows] = encode(**inputs.as_kwargs()).float().cpu().numpy()
             if progress is not None:
                 progress(len(rows))
     return out
@@ -110,7 +114,7 @@ def embed_blocks(
             pq.ParquetWriter(partial, EMBEDDINGS) as writer,
             ProgressBar("embedding", total_blocks, "blocks") as bar,
         ):
-            for window in _windows(blocks, window_blocks):
+            for window in block_windows(blocks, window_blocks):
                 embeddings = embed_window(
                     doc_embedder, tokenizer, window, batch_size, device, cpu_bf16_autocast, bar.advance
                 )

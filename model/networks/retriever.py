@@ -57,13 +57,17 @@ class Embedder(BertPreTrainedModel):
             return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
         return hidden[:, 0]
 
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
-    ) -> torch.Tensor:
-        projected = self.projection(self.pooled(input_ids, attention_mask, token_type_ids))  # [n, retrieval_dim]
+    def project(self, pooled: torch.Tensor) -> torch.Tensor:
+        """[n, retrieval_dim] from pooled final states [n, hidden]: the tower's output."""
+        projected = self.projection(pooled)
         if self.scale is None:
             return projected
         return nn.functional.normalize(projected.float(), dim=-1) * math.sqrt(self.scale)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> torch.Tensor:
+        return self.project(self.pooled(input_ids, attention_mask, token_type_ids))
 
 
 class Retriever(nn.Module):

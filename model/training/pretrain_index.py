@@ -61,6 +61,8 @@ class IndexRoots:
     index: str
     embeddings: str
     snapshots: str
+    # doc_tower "projection": where the pooled states of the blocks are published (`realm.model.index.pooled_states`).
+    pooled_states: str | None = None
 
 
 def first_index(roots: IndexRoots, snapshot_step: int | None, build: Callable[[], tuple[str, int]]) -> tuple[str, int]:

@@ -30,6 +30,7 @@ from realm.model.networks.inputs import (
 )
 from realm.model.networks.marginal import mask_log_scores, marginal_log_likelihood
 from realm.model.index.mips import BruteForceIndex, MipsIndex
+from realm.model.index.pooled_states import PooledStates
 from realm.model.networks.retriever import Retriever, relevance_scores
 from realm.model.tokenization import MAX_PRETRAIN_QUERY_WORDPIECES, QUERY_SPECIAL_TOKENS, WordPieceTokenizer, join
 
@@ -152,13 +153,16 @@ def candidate_embeddings(
     device: torch.device,
     index: MipsIndex | BruteForceIndex | None = None,
     micro_batch: int = CPU_MICRO_BATCH,
+    pooled_states: PooledStates | None = None,
 ) -> torch.Tensor:
     """Embed_doc(z) of every candidate, [batch, k, d] float32.
 
-    Without `index` ("full"), the doc tower embeds each distinct candidate once, with graph
+    Without `index` ("whole"), the doc tower embeds each distinct candidate once, with graph
     unless frozen, so p(z|x) is computed with the current θ on both towers. With `index`
-    ("cached"), real candidates take their stored vectors; the null document is always
-    embedded by the doc tower. Padding slots get the null document's vector (masked later).
+    ("frozen"), real candidates take their stored vectors; the null document is always
+    embedded by the doc tower. With `pooled_states` ("projection"), the doc tower's projection
+    (with graph) projects each candidate's pooled state, its BERT never running but for the
+    null document. Padding slots get the null document's vector (masked later).
     """
     size, k = candidates.block_ids.shape
     real = _real_slots(candidates)
@@ -170,13 +174,19 @@ def candidate_embeddings(
         stored[real_slots[:, :, 0]] = torch.from_numpy(index.lookup(candidates.block_ids[real])).to(device)
         return torch.where(real_slots, stored, null.view(1, 1, -1))  # [batch, k, d]
     unique_ids = np.unique(candidates.block_ids[real])
+    rows = np.where(real, np.searchsorted(unique_ids, candidates.block_ids) + 1, 0)  # [batch, k]
+    if pooled_states is not None:
+        tower = retriever.doc_embedder
+        with torch.no_grad():
+            null_state = tower.pooled(**pad_batch([null_sequence], tokenizer.pad_id).to(device).as_kwargs()).float()
+        states = torch.cat([null_state, torch.from_numpy(pooled_states.lookup(unique_ids)).to(device)])
+        return tower.project(states).float()[torch.from_numpy(rows).to(device)]  # [batch, k, d]
     sequences = [null_sequence] + [
         block_sequence(tokenizer, blocks.title_ids(int(b)), blocks.body_ids(int(b))) for b in unique_ids
     ]
     table = _forward_length_sorted(
         sequences, lambda inputs, _: retriever.embed_passages(inputs.to(device)), tokenizer.pad_id, micro_batch
     )  # [1 + distinct, d], row 0 the null document
-    rows = np.where(real, np.searchsorted(unique_ids, candidates.block_ids) + 1, 0)  # [batch, k]
     return table[torch.from_numpy(rows).to(device)]  # [batch, k, d]
 
 

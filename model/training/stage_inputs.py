@@ -41,8 +41,10 @@ REMOVED_SETTINGS = {
     "answer_type": False, "encoder_share": 1.0, "bm25_candidates": 0, "retrieve_every_step": False,
 }
 
-# Settings since renamed: a checkpoint that records the old name resumes under the new one.
-RENAMED_SETTINGS = {"tower_pooling": "retrieval_pooling"}
+# Settings since renamed: a checkpoint that records the old name resumes under the new one,
+# its value mapped where the new setting takes other values.
+RENAMED_SETTINGS = {"tower_pooling": "retrieval_pooling", "cached_doc_embeddings": "doc_tower"}
+RENAMED_VALUES = {"cached_doc_embeddings": {True: "frozen", False: "whole"}}
 
 
 def content_digest(path: str | os.PathLike) -> str:
@@ -90,7 +92,8 @@ def changed_inputs(recorded: Mapping, current: Mapping, settings: type[BaseModel
     old_settings, new_settings = dict(recorded.get("settings", {})), current.get("settings", {})
     for old, new in RENAMED_SETTINGS.items():
         if old in old_settings and new not in old_settings:
-            old_settings[new] = old_settings.pop(old)
+            value = old_settings.pop(old)
+            old_settings[new] = RENAMED_VALUES.get(old, {}).get(value, value)
     for name, value in REMOVED_SETTINGS.items():
         if name in old_settings and name not in new_settings and old_settings[name] == value:
             del old_settings[name]

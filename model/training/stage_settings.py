@@ -23,6 +23,7 @@ CPU_BLOCK_WORDPIECES = 128
 # Sequences per encoder / doc-tower forward in pre-training: on a CPU, length-sorted groups of
 # 16 pad little and stay in cache; a GPU wants fewer, larger launches (the `gpu` preset's).
 CPU_MICRO_BATCH = 16
+DocTowerTraining = Literal["frozen", "projection", "whole"]
 
 
 class RetentionConfig(BaseModel):
@@ -99,7 +100,11 @@ class PretrainConfig(RetentionConfig):
         CPU_MICRO_BATCH, ge=1, description="joint and block sequences per encoder / doc-tower forward, grouped by length"
     )
     # Frozen, the doc tower needs no re-embedding of the candidates (docs/measurements.md, "The 6-layer encoder").
-    cached_doc_embeddings: bool = Field(True, description="candidate vectors from the index, doc tower frozen")
+    doc_tower: DocTowerTraining = Field(
+        "frozen", description="what of the doc tower learns: frozen (candidate vectors from the index, nothing to "
+        "refresh); projection (its 128-d projection over pooled block states computed once, the index re-projected at "
+        "each refresh); whole (REALM: every candidate re-embedded each step, the corpus at each refresh)"
+    )
     random_spans: bool = Field(False, description="ablation: mask random spans instead of salient spans")
     # Half the steps: the head reads by then (docs/measurements.md, "The 6-layer encoder").
     retriever_frozen_steps: int = Field(
@@ -114,7 +119,7 @@ class PretrainConfig(RetentionConfig):
     )
     refresh_every: int = Field(
         100, ge=1, description="steps between asynchronous index refreshes, each swapped in when the next starts "
-        "(none with cached_doc_embeddings)"
+        "(none with doc_tower frozen)"
     )
     eval_every: int | None = Field(
         None, ge=1, description="steps between held-out masked-span evaluations (None: only after the last step)"

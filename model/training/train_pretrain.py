@@ -31,6 +31,7 @@ import torch
 
 from realm.model.index.block_store import BlockStore
 from realm.model.index.mips import MipsIndex
+from realm.model.index.pooled_states import PooledStates, publish_pooled_states
 from realm.model.index.rebuild import fitted_block_batches, rebuild_index
 from realm.model.networks.checkpoint import load_components
 from realm.model.networks.config import ModelConfig, build_component
@@ -42,7 +43,7 @@ from realm.model.publish import publish, staging_dir
 from realm.model.training.example_order import batch_rows, heldout_split, untrained_rows
 from realm.model.training.masked_span_accuracy import MaskedSpanTally, marginal_predictions, span_correct
 from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
-from realm.model.training.distributed import ONE_PROCESS, World
+from realm.model.training.distributed import ONE_PROCESS, World, broadcast
 from realm.model.training.pretrain_index import IndexRefreshes, IndexRoots, RefreshFn, first_index, rank_zeros_swap
 from realm.model.training.pretrain_step import (
     PretrainBatch,
@@ -118,7 +119,7 @@ class PretrainTrainer(Trainer):
         inputs = stage_inputs(config, seed, {"blocks": blocks_path, "examples": examples_path, "init_retriever": init_retriever})
         components = self._start_components(lambda: self._fresh_components(init_retriever), inputs)
         self.retriever = Retriever(
-            components["query_embedder"], components["doc_embedder"], freeze_doc_tower=config.cached_doc_embeddings
+            components["query_embedder"], components["doc_embedder"], freeze_doc_tower=config.doc_tower != "whole"
         ).to(self.device)
         self.encoder: KnowledgeAugmentedEncoder = components["encoder"].to(self.device)
         # The encoder's BERT before its head: the same parameter order as the encoder's own, and
@@ -137,6 +138,7 @@ class PretrainTrainer(Trainer):
         self.init_retriever = init_retriever
         self._index: MipsIndex | None = None
         self._index_lock = threading.Lock()
+        self._pooled_states: PooledStates | None = None  # doc_tower "projection": set by `run`
         log.info(
             "pre-training: %d blocks, %d training / %d held-out examples, from step %d",
             len(self.blocks.block_ids), len(self.train_rows), len(self.heldout_rows), self.step,
@@ -177,6 +179,19 @@ class PretrainTrainer(Trainer):
             first = MipsIndex.load(published, self.model_config.retrieval_dim), snapshot_step
         self.swap_index(*rank_zeros_swap(self.world, roots, first))
         return str(self._index_in_use().path)
+
+    def _attach_pooled_states(self, roots: IndexRoots) -> PooledStates:
+        """The pooled states of the doc tower's BERT over the blocks (`publish_pooled_states`;
+        rank 0 computes them once, every rank reads them)."""
+        if roots.pooled_states is None:
+            raise ValueError("doc_tower projection needs IndexRoots.pooled_states, where the blocks' pooled states live")
+        path = None
+        if self.world.leader:
+            path = str(publish_pooled_states(
+                self.retriever.doc_embedder, self.model_config, self.blocks_path, roots.pooled_states,
+                self.config.max_block_wordpieces, self.device,
+            ))
+        return PooledStates.load(broadcast(self.world, path))
 
     def snapshot_doc_tower(self, snapshot_root: str) -> str:
         """Publish the current doc tower (`save_pretrained`, by rename with a manifest) as
@@ -219,9 +234,10 @@ class PretrainTrainer(Trainer):
             query_embeddings, candidates = retrieve(
                 self.retriever, index, batch, self.config.num_candidates, self.device
             )  # [batch, d], [batch, k]
-            cached = None if self._doc_tower_learns else index
+            learns = self._doc_tower_learns
             doc_embeddings = candidate_embeddings(
-                self.retriever, self.tokenizer, self.blocks, candidates, self.device, cached, self.config.micro_batch
+                self.retriever, self.tokenizer, self.blocks, candidates, self.device, None if learns else index,
+                self.config.micro_batch, self._pooled_states if learns else None,
             )  # [batch, k, d]
             logits = retrieval_logits(query_embeddings, doc_embeddings, candidates)  # [batch, k]
             log_p_y_given_z, vocab_log_probs = encoder_log_probs(
@@ -243,12 +259,13 @@ class PretrainTrainer(Trainer):
         """Whether the doc tower has trained or trains this step. Before that it is the tower every
         index of the run was built with, so candidates take their vectors from the index (as in
         cached mode) instead of a doc-tower forward per step."""
-        return not self.config.cached_doc_embeddings and self.step >= self._retriever_start_step
+        return self.config.doc_tower != "frozen" and self.step >= self._retriever_start_step
 
     def _train_mode(self, training: bool) -> None:
-        # A frozen doc tower only embeds the null document; without dropout that is one fixed vector.
+        # A doc tower whose BERT does not learn only embeds the null document; without dropout
+        # that is one fixed vector, of the state the pooled states were computed in.
         self.retriever.query_embedder.train(training)
-        self.retriever.doc_embedder.train(training and self._doc_tower_learns)
+        self.retriever.doc_embedder.train(training and self._doc_tower_learns and self.config.doc_tower == "whole")
         self.encoder.train(training)
 
     def train_step(self) -> dict:
@@ -270,7 +287,8 @@ class PretrainTrainer(Trainer):
         # build no graph; AdamW keeps no state for them until their first gradient.
         retriever_trains = self.step >= self._retriever_start_step
         self.retriever.query_embedder.requires_grad_(retriever_trains)
-        self.retriever.freeze_doc_tower = self.config.cached_doc_embeddings or not retriever_trains
+        self.retriever.freeze_doc_tower = not (retriever_trains and self.config.doc_tower == "whole")
+        self.retriever.doc_embedder.projection.requires_grad_(retriever_trains and self.config.doc_tower != "frozen")
         batch = self._batch(shard)
         outputs = self._forward(index, batch)
         loss = apply_update(
@@ -368,7 +386,9 @@ class PretrainTrainer(Trainer):
         against the index the checkpoint was using and with the refresh it had in flight, so no
         step sees another index than the uninterrupted run's. `hooks` None: a rank > 0 (`follow`)."""
         log.info("training against index %s on %d process(es)", self.attach_index(roots), self.world.size)
-        frozen = self.config.cached_doc_embeddings or self._retriever_start_step >= self.config.steps
+        frozen = self.config.doc_tower == "frozen" or self._retriever_start_step >= self.config.steps
+        if self.config.doc_tower == "projection" and not frozen:
+            self._pooled_states = self._attach_pooled_states(roots)
         refreshes = hooks and IndexRefreshes(
             hooks.refresh, roots, lambda: self.snapshot_doc_tower(roots.snapshots),
             None if frozen else self.config.refresh_every, self.config.keep_checkpoints, self.index_snapshot_step,

@@ -50,9 +50,9 @@ def _train(stage: str, *settings: str) -> list[str]:
     return ["train", stage, "--preset", "tiny", *[arg for setting in [*every, *settings] for arg in ("--param", setting)]]
 
 
-# Pre-training refreshes its index every 2 steps unless its doc tower is frozen (the embeddings cached).
+# Pre-training refreshes its index every 2 steps unless its doc tower is frozen.
 PRETRAIN = [*_train("pretrain", "batch_size=2", "heldout_examples=8", "refresh_every=2"), "--steps", "4"]
-NO_REFRESH = ["--param", "cached_doc_embeddings=true"]
+NO_REFRESH = ["--param", "doc_tower=frozen"]
 ICT = [*_train("ict", "batch_size=8", "heldout_examples=16"), "--steps", "4"]
 # Half an epoch over the 16 CuratedTrec training questions with an answer in the 60 articles: 4 steps.
 FINETUNE = [*_train("finetune", "epochs=0.5", "batch_size=2", "retriever=bm25"), "--qa", str(DATA_DIR / "qa" / "ct.train.jsonl")]

@@ -124,6 +124,6 @@ def test_the_gpu_preset_pre_trains_as_the_paper_does():
     """Both towers learn, the index is rebuilt every few hundred steps while pre-training runs
     (several times, each before the towers stop learning), at the paper's query and block lengths."""
     gpu = PipelineParams.preset("gpu").pretrain
-    assert not gpu.cached_doc_embeddings
+    assert gpu.doc_tower == "whole"
     assert 100 <= gpu.refresh_every <= 1000 and (gpu.steps - gpu.retriever_frozen_steps) // gpu.refresh_every >= 3
     assert (gpu.max_query_wordpieces, gpu.max_block_wordpieces) == (96, 288)

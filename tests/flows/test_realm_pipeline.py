@@ -51,7 +51,7 @@ def test_a_sentence_encoder_start_runs_through_pretraining_fine_tuning_and_evalu
     params = tiny_params(run_root)
     params.ict = params.ict.model_copy(update={"steps": 0, "tower_layers": 3, "retrieval_pooling": "mean"})
     params.pretrain = params.pretrain.model_copy(
-        update={"cached_doc_embeddings": True, "retriever_frozen_steps": 6, "untrained_eval_examples": 8}
+        update={"doc_tower": "frozen", "retriever_frozen_steps": 6, "untrained_eval_examples": 8}
     )
     params.warmup = params.warmup.model_copy(update={"questions": 0})
     result = realm_pipeline(params)

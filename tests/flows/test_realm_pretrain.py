@@ -97,7 +97,7 @@ def read_block_ids(run_root):
 def test_a_frozen_doc_tower_trains_against_its_first_index_without_refreshing(run_root):
     params = tiny_params(run_root)
     params.pretrain = params.pretrain.model_copy(
-        update={"refresh_every": 1, "cached_doc_embeddings": True, "untrained_eval_examples": 5}
+        update={"refresh_every": 1, "doc_tower": "frozen", "untrained_eval_examples": 5}
     )
     ict_warm_start(params.run, params.ict)
     result = realm_pretrain(params.run, params.pretrain)
@@ -149,7 +149,7 @@ def test_two_runs_with_asynchronous_refreshes_give_the_same_loss_curve(prepared_
         root = tmp_path / name
         shutil.copytree(prepared_corpus, root)
         params = tiny_params(root)
-        assert (params.pretrain.refresh_every, params.pretrain.cached_doc_embeddings) == (2, False)
+        assert (params.pretrain.refresh_every, params.pretrain.doc_tower) == (2, "whole")
         result = realm_pretrain(params.run, params.pretrain)
         assert [(r["swapped_at_step"], r["staleness_steps"]) for r in result["refreshes"]] == [(4, 2)]
         rows = [json.loads(line) for line in (root / "reports" / "pretrain_metrics.jsonl").read_text().splitlines()]

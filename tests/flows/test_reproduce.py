@@ -52,7 +52,7 @@ def test_held_out_questions_are_stable_disjoint_and_only_taken_where_no_dev_file
 
 def test_rows_that_would_repeat_another_are_not_trained_and_refused_by_name(tmp_path):
     stages = tiny_params(tmp_path)
-    stages.pretrain.cached_doc_embeddings = True  # the doc tower is frozen: no index refreshes
+    stages.pretrain.doc_tower = "frozen"  # the doc tower is frozen: no index refreshes
     with pytest.raises(ValidationError, match="stale_index repeats realm"):
         ReproduceParams(qa_train=["train.jsonl"], stages=stages, systems=list(SYSTEMS))
     assert ReproduceParams(qa_train=["train.jsonl"], stages=stages).effective_systems() == [
@@ -67,7 +67,7 @@ def test_rows_that_would_repeat_another_are_not_trained_and_refused_by_name(tmp_
     }
     with pytest.raises(ValidationError, match="baseline_retriever_realm_encoder repeats realm"):
         ReproduceParams(qa_train=["train.jsonl"], stages=stages, systems=["realm", "baseline_retriever_realm_encoder"])
-    stages.pretrain.cached_doc_embeddings = False  # frozen towers refresh nothing either
+    stages.pretrain.doc_tower = "whole"  # frozen towers refresh nothing either
     assert "stale_index" in ReproduceParams(qa_train=["train.jsonl"], stages=stages).repeated_systems()
     stages.pretrain.retriever_frozen_steps = stages.pretrain.steps - 1
     assert ReproduceParams(qa_train=["train.jsonl"], stages=stages).effective_systems() == list(SYSTEMS)
@@ -75,7 +75,7 @@ def test_rows_that_would_repeat_another_are_not_trained_and_refused_by_name(tmp_
 
 def test_only_rows_left_out_of_the_default_systems_are_named_as_not_trained(tmp_path):
     stages = tiny_params(tmp_path)
-    stages.pretrain.cached_doc_embeddings = True  # no index refreshes: stale_index would repeat realm
+    stages.pretrain.doc_tower = "frozen"  # no index refreshes: stale_index would repeat realm
     default = ReproduceParams(qa_train=["train.jsonl"], stages=stages)
     assert list(default.left_out_systems()) == ["stale_index"]
     assert default.left_out_systems()["stale_index"].startswith("repeats realm")

@@ -52,9 +52,9 @@ def test_a_param_overrides_the_presets_stages_and_lets_the_rows_it_tells_apart_r
     monkeypatch.setattr(realm.flows.reproduce, "realm_reproduce", reproduce)
     monkeypatch.chdir(tmp_path)
     argv = ["reproduce", "--qa-train", str(questions), "--systems", "orqa", "stale_index"]
-    assert main(argv + ["--param", "pretrain.cached_doc_embeddings=false", "--param", "finetune.epochs=2"]) == 0
+    assert main(argv + ["--param", "pretrain.doc_tower=whole", "--param", "finetune.epochs=2"]) == 0
     stages = seen[0].effective_stages()
-    assert (stages.pretrain.cached_doc_embeddings, stages.pretrain.steps, stages.finetune.epochs) == (False, 1000, 2.0)
+    assert (stages.pretrain.doc_tower, stages.pretrain.steps, stages.finetune.epochs) == ("whole", 1000, 2.0)
     assert main(argv) == 2
     assert capsys.readouterr().err.startswith("realm reproduce: system stale_index repeats realm")
     assert main(argv + ["--param", "pretrain.nothing=1"]) == 2

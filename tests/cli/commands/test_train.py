@@ -14,9 +14,9 @@ def test_train_param_overrides_are_typed_like_the_ui_form(monkeypatch, tmp_path,
     seen = {}
     monkeypatch.setattr(realm.flows.realm_pretrain, "realm_pretrain", lambda run, params: seen.update(params=params) or {})
     main(["train", "pretrain", "--output", str(tmp_path), "--steps", "7",
-          "--param", "cached_doc_embeddings=true", "--param", "learning_rate=3e-5", "--param", "eval_every=50"])
+          "--param", "doc_tower=frozen", "--param", "learning_rate=3e-5", "--param", "eval_every=50"])
     params = seen["params"]
-    assert (params.steps, params.cached_doc_embeddings, params.learning_rate, params.eval_every) == (7, True, 3e-5, 50)
+    assert (params.steps, params.doc_tower, params.learning_rate, params.eval_every) == (7, "frozen", 3e-5, 50)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ CPU = torch.device("cpu")
 # own recipe; the stage's defaults freeze the retriever).
 CONFIG = PretrainConfig(
     steps=4, batch_size=2, num_candidates=4, learning_rate=1e-3, warmup_steps=1, heldout_examples=4,
-    max_query_wordpieces=24, max_block_wordpieces=24, cached_doc_embeddings=False, retriever_frozen_steps=0,
+    max_query_wordpieces=24, max_block_wordpieces=24, doc_tower="whole", retriever_frozen_steps=0,
 )
 
 
@@ -31,7 +31,7 @@ def trainer(corpus, root: Path, tiny_config, config=CONFIG) -> PretrainTrainer:
 
 
 def roots(root: Path) -> IndexRoots:
-    return IndexRoots(str(root / "index"), str(root / "embeddings"), str(root / "snapshots"))
+    return IndexRoots(str(root / "index"), str(root / "embeddings"), str(root / "snapshots"), str(root / "pooled_states"))
 
 
 def run(trainer: PretrainTrainer, steps: int) -> list[dict]:

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 
 from realm.model.index.embed_corpus import embed_blocks, load_embeddings
 from realm.model.index.mips import MipsIndex
@@ -165,7 +166,7 @@ def test_before_the_towers_train_candidates_take_the_index_vectors_as_in_cached_
     blocks_path, examples_path = corpus
     losses = {}
     for cached in (False, True):
-        config = CONFIG.model_copy(update=dict(steps=3, retriever_frozen_steps=2, cached_doc_embeddings=cached))
+        config = CONFIG.model_copy(update=dict(steps=3, retriever_frozen_steps=2, doc_tower="frozen" if cached else "whole"))
         trainer = PretrainTrainer(
             blocks_path, examples_path, str(tmp_path / str(cached) / "checkpoints"), tiny_config, config, device=CPU
         )
@@ -173,6 +174,37 @@ def test_before_the_towers_train_candidates_take_the_index_vectors_as_in_cached_
         losses[cached] = [trainer.train_step()["loss"] for _ in range(3)]
     assert losses[False][:2] == losses[True][:2]
     assert losses[False][2] != losses[True][2]
+
+
+def test_with_only_the_projection_learning_refreshes_reproject_the_bert_states_computed_once(corpus, tmp_path, tiny_config):
+    """doc_tower "projection": the doc tower's BERT never changes, its projection does, and each
+    refresh publishes the pooled states projected by the snapshot's projection."""
+    from realm.model.index.pooled_states import PooledStates, reproject_index
+
+    blocks_path, examples_path = corpus
+    config = CONFIG.model_copy(update=dict(steps=4, refresh_every=2, checkpoint_every=4, doc_tower="projection"))
+    trainer = PretrainTrainer(blocks_path, examples_path, str(tmp_path / "checkpoints"), tiny_config, config, device=CPU)
+    bert = {k: v.clone() for k, v in trainer.retriever.doc_embedder.bert.state_dict().items()}
+    projection = trainer.retriever.doc_embedder.projection.weight.clone()
+    refreshed = []
+
+    def refresh(snapshot_dir: str, snapshot_step: int) -> RefreshPublishedAfterOnePoll:
+        refreshed.append(snapshot_step)
+        return RefreshPublishedAfterOnePoll(reproject_index(
+            str(tmp_path / "pooled_states"), snapshot_dir, str(tmp_path / "embeddings"), str(tmp_path / "index"),
+            snapshot_step, None, config.max_block_wordpieces,
+        ))
+
+    result = trainer.run(PretrainHooks(lambda m: None, lambda step, which, e: None, refresh), _roots(tmp_path))
+    tower = trainer.retriever.doc_embedder
+    assert refreshed == [2, 4] and result.index == str(tmp_path / "index" / "4")
+    assert all(torch.equal(v, tower.bert.state_dict()[k]) for k, v in bert.items())
+    assert not torch.equal(projection, tower.projection.weight)
+    (states_dir,) = (tmp_path / "pooled_states").iterdir()
+    states = PooledStates.load(states_dir / "0")
+    with torch.no_grad():
+        expected = tower.project(torch.from_numpy(states.states)).numpy()
+    np.testing.assert_allclose(MipsIndex.load(result.index).lookup(states.block_ids), expected, rtol=1e-5, atol=1e-6)
 
 
 REFRESHING = CONFIG.model_copy(update=dict(steps=6, refresh_every=2, checkpoint_every=1, log_every=1))

@@ -72,3 +72,17 @@ def test_a_setting_recorded_under_its_old_name_counts_under_its_new_one():
     settings = dict(current["settings"])
     settings["tower_pooling"] = settings.pop("retrieval_pooling")
     assert changed_inputs({**current, "settings": settings}, current, IctConfig) == []
+
+
+def test_cached_doc_embeddings_recorded_by_an_older_realm_resumes_as_the_doc_tower_setting_it_meant():
+    for cached, doc_tower in ((True, "frozen"), (False, "whole")):
+        current = stage_inputs(PretrainConfig(doc_tower=doc_tower), 0, {})
+        settings = dict(current["settings"])
+        del settings["doc_tower"]
+        assert changed_inputs({**current, "settings": {**settings, "cached_doc_embeddings": cached}}, current, PretrainConfig) == []
+    whole = stage_inputs(PretrainConfig(doc_tower="whole"), 0, {})
+    old = {k: v for k, v in whole["settings"].items() if k != "doc_tower"}
+    current = stage_inputs(PretrainConfig(doc_tower="projection"), 0, {})
+    assert changed_inputs({**whole, "settings": {**old, "cached_doc_embeddings": False}}, current, PretrainConfig) == [
+        "doc_tower whole -> projection"
+    ]

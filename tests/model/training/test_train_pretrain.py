@@ -80,7 +80,7 @@ def test_random_spans_ablation_masks_every_example_randomly(corpus, tmp_path, ti
 
 
 def test_cached_mode_freezes_the_doc_tower(corpus, tmp_path, tiny_config):
-    config = CONFIG.model_copy(update=dict(cached_doc_embeddings=True))
+    config = CONFIG.model_copy(update=dict(doc_tower="frozen"))
     trainer = _trainer(corpus, tmp_path, tiny_config, config)
     before = {k: v.clone() for k, v in trainer.retriever.doc_embedder.state_dict().items()}
     query_before = trainer.retriever.query_embedder.projection.weight.clone()
@@ -104,11 +104,11 @@ def test_neither_tower_trains_before_retriever_frozen_steps(corpus, tmp_path, ti
         assert not torch.equal(start[name]["projection.weight"], tower.projection.weight), name
 
 
-@pytest.mark.parametrize("cached", [False, True])
+@pytest.mark.parametrize("doc_tower", ["whole", "frozen"])
 def test_the_closed_book_ablation_reads_the_null_document_alone_and_trains_only_the_encoder(
-    corpus, tmp_path, tiny_config, cached
+    corpus, tmp_path, tiny_config, doc_tower
 ):
-    config = CONFIG.model_copy(update=dict(num_candidates=1, cached_doc_embeddings=cached))
+    config = CONFIG.model_copy(update=dict(num_candidates=1, doc_tower=doc_tower))
     trainer = _trainer(corpus, tmp_path, tiny_config, config)
     towers = {"query": trainer.retriever.query_embedder, "doc": trainer.retriever.doc_embedder}
     start = {name: {k: v.clone() for k, v in tower.state_dict().items()} for name, tower in towers.items()}
