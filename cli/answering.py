@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from realm.model.qa.risk_coverage import MIN_CONFIDENCE, answered
+
 # Blocks the reader reads, and retrieved blocks shown as evidence, unless a question asks for
 # others: the evidence shown is the blocks the answer was read from.
 NUM_READ = 5
@@ -25,13 +27,21 @@ def run_answerer(run_root: str, device: str | None, corpus: str | None = None, b
         raise SystemExit(f"realm: {error}") from None
 
 
-def print_answer(answerer, question: str, num_read: int = NUM_READ, evidence: int = EVIDENCE_BLOCKS) -> None:
+def print_answer(
+    answerer, question: str, num_read: int = NUM_READ, evidence: int = EVIDENCE_BLOCKS,
+    min_confidence: float = MIN_CONFIDENCE,
+) -> None:
+    """The answer and its probability (or no answer, below `min_confidence`), then the evidence."""
     if why := answerer.why_unreadable(question):
         raise SystemExit(f"realm ask: {why}")
     (prediction,) = answerer.answer([question], num_read=num_read, num_retrieve=max(num_read, evidence))
-    print(f"answer: {prediction.answer}  (p = {prediction.probability:.3f})")
+    given = answered(prediction.probability, min_confidence)
+    if given:
+        print(f"answer: {prediction.answer}  (p = {prediction.probability:.3f})")
+    else:
+        print(f"no answer: p = {prediction.probability:.3f} is below --min-confidence {min_confidence:g}")
     print("evidence:")
     for rank, block in enumerate(prediction.evidence[:evidence], start=1):
         excerpt = " ".join(block.text.split())[:200]
-        read_from = "  <- the answer" if block.block_id == prediction.block_id else ""
+        read_from = "  <- the answer" if given and block.block_id == prediction.block_id else ""
         print(f"  {rank}. [{block.probability:.3f}] {block.title}: {excerpt}{read_from}")

@@ -1,8 +1,10 @@
 """`realm serve`: a trained run's answers over HTTP, with a web page.
 
-    POST /ask {"question", "num_read"?, "evidence"?}  -> the answer, its probability, the top
-                                                         blocks with p(z|x) and the answer's
-                                                         character offsets in its block
+    POST /ask {"question", "num_read"?, "evidence"?, "min_confidence"?}
+                                                      -> the answer (null below min_confidence),
+                                                         its probability, the top blocks with
+                                                         p(z|x) and the answer's character
+                                                         offsets in its block
     GET  /blocks/{block_id}                          -> a block's title and text
     GET  /health                                     -> the run, its corpus size, questions answered
     GET  /                                           -> a page: ask, see the answer in its evidence
@@ -33,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from realm.cli.answering import EVIDENCE_BLOCKS, NUM_READ
 from realm.model.qa.answering import Answerer, Prediction
+from realm.model.qa.risk_coverage import MIN_CONFIDENCE, answered
 
 # A question longer than this is not a question (the towers read 64 wordpieces of it anyway).
 MAX_QUESTION_CHARS = 500
@@ -45,6 +48,7 @@ class AskRequest(BaseModel):
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
     num_read: int = Field(NUM_READ, ge=1, le=20, description="blocks the reader reads")
     evidence: int = Field(EVIDENCE_BLOCKS, ge=1, le=20, description="retrieved blocks returned")
+    min_confidence: float = Field(MIN_CONFIDENCE, ge=0.0, le=1.0, description="no answer below this probability")
 
     @field_validator("question")
     @classmethod
@@ -67,8 +71,9 @@ class EvidenceBlock(BaseModel):
 
 class AskResponse(BaseModel):
     question: str
-    answer: str
+    answer: str | None  # None: the answer's probability is below the request's min_confidence
     probability: float
+    calibrated: bool  # whether `probability` is the run's calibrated one
     block_id: str | None
     evidence: list[EvidenceBlock]
 
@@ -153,10 +158,11 @@ class AnswerQueue:
                 item.future.set_result(prediction)
 
 
-def _response(prediction: Prediction, evidence: int) -> AskResponse:
+def _response(prediction: Prediction, evidence: int, min_confidence: float, calibrated: bool) -> AskResponse:
+    given = answered(prediction.probability, min_confidence)
     blocks = []
     for block in prediction.evidence[:evidence]:
-        offsets = prediction.answer_offsets if block.block_id == prediction.block_id else None
+        offsets = prediction.answer_offsets if given and block.block_id == prediction.block_id else None
         blocks.append(
             EvidenceBlock(
                 block_id=str(block.block_id), title=block.title, text=block.text, probability=block.probability,
@@ -164,8 +170,9 @@ def _response(prediction: Prediction, evidence: int) -> AskResponse:
             )
         )
     return AskResponse(
-        question=prediction.question, answer=prediction.answer, probability=prediction.probability,
-        block_id=None if prediction.block_id is None else str(prediction.block_id), evidence=blocks,
+        question=prediction.question, answer=prediction.answer if given else None, probability=prediction.probability,
+        calibrated=calibrated, block_id=None if prediction.block_id is None or not given else str(prediction.block_id),
+        evidence=blocks,
     )
 
 
@@ -205,7 +212,7 @@ def create_app(answerer: Answerer, run: str, max_batch: int = MAX_BATCH, workers
             raise HTTPException(status_code=422, detail=why)
         num_retrieve = max(request.num_read, request.evidence)
         prediction = await asyncio.wrap_future(answers.submit(request.question, request.num_read, num_retrieve))
-        return _response(prediction, request.evidence)
+        return _response(prediction, request.evidence, request.min_confidence, answerer.calibrator is not None)
 
     @app.get("/blocks/{block_id}")
     async def block(block_id: int) -> dict:

@@ -15,7 +15,7 @@ import os
 import sys
 
 from realm.cli import stopping
-from realm.cli.commands import ask, compare, evaluate, index, info, prepare, reproduce, run, serve, train
+from realm.cli.commands import ask, calibrate, compare, evaluate, index, info, prepare, reproduce, run, serve, train
 from realm.cli.options import RealmParser
 
 # The ephemeral Prefect server's telemetry writes race the first flow run for the SQLite lock
@@ -23,7 +23,7 @@ from realm.cli.options import RealmParser
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 # In the order `realm --help` lists them.
-COMMANDS = (prepare, run, train, evaluate, compare, reproduce, ask, serve, info, index)
+COMMANDS = (prepare, run, train, evaluate, calibrate, compare, reproduce, ask, serve, info, index)
 
 DESCRIPTION = """\
 REALM: retrieval-augmented language model pre-training, as a data pipeline.
@@ -47,7 +47,10 @@ train     Prefect, one stage at a time:
                       (a salient span becomes a wh-word; the sentence's own blocks never retrieved)
             finetune  Open-QA: query tower + span reader over the top 5 blocks, index fixed
                       (one softmax over every span of the read blocks, best validated checkpoint kept)
-evaluate  Prefect: exact match, reader accuracy and answer recall@1/5/20 per dataset; predictions/ Parquet.
+evaluate  Prefect: exact match, reader accuracy and answer recall@1/5/20 per dataset; predictions/ Parquet;
+          the answer probabilities' calibration error and the EM of the most confident answers.
+calibrate Prefect: calibrate a trained run's answer probabilities on the questions fine-tuning held out
+          (fine-tuning does it at its end; this is for runs fine-tuned before).
 compare   evaluated or pre-trained runs side by side: bootstrap 95% intervals and paired tests
           against the first (answers to questions; masked spans of the same pre-training examples).
 reproduce Prefect: REALM vs ICT-only (ORQA) vs BM25 + reader and the paper's ablations,

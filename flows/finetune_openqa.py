@@ -5,7 +5,9 @@ e.g. ICT's for the ORQA baseline; `reader_init` names another checkpoint whose e
 the reader, for the ablations) and reads the top 5 blocks of the fixed index published by
 pre-training, or with `retriever="bm25"` of a BM25 index over the blocks, built once per run
 (the BERT-Baseline: only the reader trains). Training files: JSONL `{"question", "answers"}` (regex answers with
-`"answer_type": "regex"`), NQ-open JSONL, WebQuestions JSON, CuratedTrec TSV.
+`"answer_type": "regex"`), NQ-open JSONL, WebQuestions JSON, CuratedTrec TSV. At the end, the
+questions held out for validation calibrate the kept checkpoint's answer probabilities
+(`realm.flows.calibrate`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from realm.flows.calibrate import calibrate
 from realm.flows.caching import cached_in_run
 from realm.flows.demo import training_qa_paths
 from realm.schemas.leftovers import remove_leftovers
@@ -107,10 +110,11 @@ def finetune_openqa(
     reads = [*(params.qa_train or training_qa_paths()), layout.blocks, layout.block_entities, init_checkpoint, index_path]
     reads += [reader_init] if reader_init != WARM_START else []
     stage = cached_in_run(train_finetune_stage, layout, reads=reads, writes=[layout.checkpoints("finetune")])
-    return stage(
+    result = stage(
         str(layout.root), run.model_preset, params, run.seed, run.device,
         None if init_checkpoint is None else str(init_checkpoint), str(index_path), reader_init,
     )
+    return {**result, "calibration": calibrate(run, params.qa_train, result["checkpoint"], str(index_path))}
 
 
 def required(found, what: str) -> str:

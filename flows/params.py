@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from realm.model.networks.presets import ModelPreset
+from realm.model.qa.risk_coverage import MIN_CONFIDENCE
 from realm.pipelines.corpus_names import CORPORA
 from realm.model.training.stage_settings import FinetuneConfig, IctConfig, PretrainConfig, ReaderWarmupConfig
 
@@ -109,6 +110,10 @@ class EvaluateParams(BaseModel):
     )
     num_read: int = 5
     num_retrieve: int = 20
+    min_confidence: float = Field(
+        MIN_CONFIDENCE, ge=0.0, le=1.0,
+        description="answers below this probability count as not given: the share answered and their exact match",
+    )
 
 
 class PipelineParams(BaseModel):

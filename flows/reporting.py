@@ -1,10 +1,13 @@
-"""What a training flow shows while it runs: log lines, a progress bar, metrics, loss curves.
+"""What the flows show: log lines, a progress bar, metrics, loss curves, and the figures of
+how far answer probabilities can be trusted.
 
 `TrainingReporter` is the `ProgressFn` the trainers in `realm.model` call every few steps. It
 logs through Prefect's run logger, moves a progress artifact, appends the metrics to
 `<root>/reports/<stage>_metrics.jsonl` (so a resumed run's curve continues the old one, from
 the step it resumed at) and,
 at the end, renders the loss curve to PNG and publishes it as a markdown artifact.
+`reliability_diagram` and `risk_coverage_plot` draw the evaluation's and calibration's PNGs;
+`image_markdown` puts a PNG inside a markdown artifact.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 
 from realm.flows.caching import write_atomically
 from realm.model.progress import format_duration
+from realm.model.qa.calibration import expected_calibration_error, reliability_bins
 
 
 class TrainingReporter:
@@ -71,11 +75,7 @@ class TrainingReporter:
         if not self.metrics_path.exists():
             return None
         rows = [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
-        import matplotlib
-
-        matplotlib.use("Agg")
-        from matplotlib import pyplot
-
+        pyplot = _pyplot()
         figure, axes = pyplot.subplots(1, len(series), figsize=(5 * len(series), 3.2), squeeze=False)
         for axis, name in zip(axes[0], series):
             points = sorted({r["step"]: r[name] for r in rows if name in r}.items())
@@ -83,16 +83,69 @@ class TrainingReporter:
             axis.set_xlabel("step")
             axis.set_title(f"{self.stage} {name}")
             axis.grid(alpha=0.3)
-        figure.tight_layout()
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=90)
-        pyplot.close(figure)
-        self.curve_path.write_bytes(buffer.getvalue())
-        encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
+        self.curve_path.write_bytes(figure_png(figure))
         create_markdown_artifact(
             key=f"realm-{self.stage}-curves",
-            markdown=f"## {self.stage} training curves\n\n![{self.stage} curves](data:image/png;base64,{encoded})\n\n"
-            f"PNG: `{self.curve_path}`",
+            markdown=f"## {self.stage} training curves\n\n{image_markdown(f'{self.stage} curves', self.curve_path)}",
             description=f"{self.stage} loss curves",
         )
         return self.curve_path
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    return pyplot
+
+
+def figure_png(figure) -> bytes:
+    """`figure` as PNG bytes; the figure is closed."""
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90)
+    _pyplot().close(figure)
+    return buffer.getvalue()
+
+
+def image_markdown(title: str, png: Path) -> str:
+    """The PNG at `png` inside markdown (a data URL: the Prefect UI shows it without reaching the run folder), and its path."""
+    encoded = base64.b64encode(png.read_bytes()).decode("ascii")
+    return f"![{title}](data:image/png;base64,{encoded})\n\nPNG: `{png}`"
+
+
+def reliability_diagram(panels: dict[str, dict[str, tuple[list[float], list[bool]]]]) -> bytes:
+    """One panel per name of `panels`, each {curve label: (probabilities, answered right)}: the
+    exact match of each of the 10 equal-width probability bins against its mean probability
+    (a marker's area grows with its questions), beside the diagonal of a calibrated model."""
+    pyplot = _pyplot()
+    figure, axes = pyplot.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.6), squeeze=False)
+    for axis, (name, curves) in zip(axes[0], panels.items()):
+        axis.plot([0, 1], [0, 1], color="0.6", linestyle="--", linewidth=1)
+        for label, (probabilities, correct) in curves.items():
+            filled = [b for b in reliability_bins(probabilities, correct) if b.count]
+            ece = expected_calibration_error(probabilities, correct)
+            (line,) = axis.plot([b.confidence for b in filled], [b.accuracy for b in filled], linewidth=1,
+                                label=f"{label}, ECE {ece:.3f}")
+            axis.scatter([b.confidence for b in filled], [b.accuracy for b in filled], color=line.get_color(),
+                         s=[12 + 200 * b.count / len(probabilities) for b in filled], alpha=0.7)
+        axis.set(xlim=(0, 1), ylim=(0, 1), xlabel="probability shown", ylabel="exact match",
+                 title=f"{name} ({len(next(iter(curves.values()))[0])} questions)")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7, loc="upper left")
+    return figure_png(figure)
+
+
+def risk_coverage_plot(curves: dict[str, tuple[list[float], list[float]]]) -> bytes:
+    """Each dataset's exact match of the answers given against the share of questions answered."""
+    pyplot = _pyplot()
+    figure, axis = pyplot.subplots(figsize=(5, 3.6))
+    for name, (coverage, exact_match) in curves.items():
+        axis.plot(coverage, exact_match, label=name, linewidth=1.2)
+    axis.set(xlim=(0, 1), ylim=(0, 1), xlabel="share of questions answered (most confident first)",
+             ylabel="exact match of the answers given", title="risk-coverage")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    return figure_png(figure)

@@ -13,6 +13,8 @@ contract like the Parquet schemas beside it: it imports nothing above them.
     <root>/bm25/<step>/                                  BM25 index over the blocks (BERT-Baseline)
     <root>/predictions/<dataset>.parquet, <root>/reports/ (metrics JSON lines, loss curves)
     <root>/masked_spans/<examples>.parquet               pre-training's last evaluation, per example
+    <root>/calibration/calibrator.json                   the answer probability's map, fitted for the
+                                                         fine-tuned checkpoint that answers
     <root>/run.json                                      the model preset the run trains, the
                                                          run preset it was started with and the
                                                          BERT directory it starts from (--bert)
@@ -31,6 +33,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
+from realm.schemas.calibration import CALIBRATION_DIR
 from realm.schemas.io import ArtifactError
 from realm.schemas.writer_lock import writer_lock
 
@@ -132,6 +135,10 @@ class RunLayout:
     @property
     def masked_spans(self) -> Path:
         return self.root / "masked_spans"
+
+    @property
+    def calibration(self) -> Path:
+        return self.root / CALIBRATION_DIR
 
     @property
     def reports(self) -> Path:

@@ -7,7 +7,9 @@ to a `QuestionRetriever`, the query tower over the fixed MIPS index (exact score
 f(x,z) = Embed_input(x)ᵀ Embed_doc(z) against the stored doc vectors, the scores fine-tuning
 trained the query tower on) or BM25, which returns its top `num_retrieve` blocks. p(z|x) is a
 softmax over the retrieved blocks' logits; all of them come back as evidence (recall@k is
-measured over them, `answer_rank`), and the reader reads the top `num_read`.
+measured over them, `answer_rank`), and the reader reads the top `num_read`. The answer's
+probability shown is calibrated where the run holds a calibrator for the checkpoint
+(`realm.model.qa.calibration`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 import torch
 
 from realm.model.qa.answer_metrics import answer_in_text, normalize_answer
+from realm.model.qa.calibration import Calibrator, run_calibrator
 from realm.model.qa.entity_types import BlockEntityTypes
 from realm.model.index.block_store import BlockStore
 from realm.model.networks.checkpoint import load_components
@@ -47,8 +50,9 @@ class Evidence:
 class Prediction:
     question: str
     answer: str  # the block's text at the answer span, as written
-    score: float  # log of the answer span's share of the joint softmax over the read blocks' spans
-    probability: float  # exp(score)
+    score: float  # log of the answer's share of the joint softmax over the read blocks' spans
+    # The chance the answer is right: exp(score) mapped by the run's calibrator, exp(score) without one.
+    probability: float
     evidence: list[Evidence]  # every retrieved block, best first
     block_id: int | None  # the block the answer was read from
     # Character offsets of the answer in that block's text (None: nothing read, or a block
@@ -171,10 +175,12 @@ class Answerer:
         tokenizer: WordPieceTokenizer,
         model_config: ModelConfig,
         device: torch.device | None = None,
+        calibrator: Calibrator | None = None,
     ):
         """`blocks` must hold title, text, sentence starts and entities
         (`BlockStore.from_parquet(path, with_text=True, with_entities=True)`). The reader runs on
-        `device` (default: the retriever's)."""
+        `device` (default: the retriever's); `calibrator` maps its answers' probabilities (None:
+        they are shown as the reader gives them)."""
         self.device = device or retriever.device
         self.retriever = retriever
         for module in retriever.trainable_modules():
@@ -184,6 +190,7 @@ class Answerer:
         self.tokenizer = tokenizer
         self.model_config = model_config
         self.entity_types = BlockEntityTypes(blocks, tokenizer)
+        self.calibrator = calibrator
 
     @classmethod
     def from_checkpoint(
@@ -194,12 +201,14 @@ class Answerer:
         model_config: ModelConfig,
         device: torch.device | None = None,
         bf16_reader: bool = False,
+        calibrator: Calibrator | None = None,
     ) -> Answerer:
         """From a fine-tuning checkpoint `checkpoints/<step>/` (a reader, and the query tower
         when `index_path` is a dense index), a published index directory (`index/<step>/`, or
-        a BM25 index) and the `blocks/` artifact. `bf16_reader`: the reader's BERT entirely in
-        bf16, its layer norms and residual sums too (less CPU per question, a few answers differ
-        from autocast's); its span head stays float32."""
+        a BM25 index), the `blocks/` artifact and the checkpoint's `calibrator` (None: the
+        reader's own probabilities). `bf16_reader`: the reader's BERT entirely in bf16, its
+        layer norms and residual sums too (less CPU per question, a few answers differ from
+        autocast's); its span head stays float32."""
         device = device or select_device()
         components = load_components(checkpoint_dir, device)
         if "reader" not in components:
@@ -216,18 +225,21 @@ class Answerer:
             raise ValueError(f"{checkpoint_dir}: {error}") from None
         blocks = BlockStore.from_parquet(blocks_path, with_text=True, with_entities=True)
         check_index_covered(retriever.index.block_ids, blocks, index_path, blocks_path)
-        return cls(retriever, components["reader"], blocks, model_config.tokenizer(), model_config, device)
+        return cls(retriever, components["reader"], blocks, model_config.tokenizer(), model_config, device, calibrator)
 
     @classmethod
     def from_run(
         cls, root: str | Path, device: torch.device | None = None, corpus: str | None = None, bf16_reader: bool = False
     ) -> Answerer:
-        """The Answerer of a trained run root (`realm.model.qa.trained_run`); with `corpus`, it
-        answers from that corpus indexed for the run (`realm index`) instead of its own;
-        `bf16_reader` as in `from_checkpoint`."""
+        """The Answerer of a trained run root (`realm.model.qa.trained_run`), calibrated by the
+        run's calibrator for its checkpoint where it has one; with `corpus`, it answers from that
+        corpus indexed for the run (`realm index`) instead of its own; `bf16_reader` as in
+        `from_checkpoint`."""
         run = TrainedRun.at(root, corpus=corpus)
         config = ModelConfig.preset(run.model_preset, bert_dir=run.bert_dir)
-        return cls.from_checkpoint(str(run.checkpoint), str(run.index), run.blocks, config, device, bf16_reader)
+        return cls.from_checkpoint(
+            str(run.checkpoint), str(run.index), run.blocks, config, device, bf16_reader, run_calibrator(root, run.checkpoint)
+        )
 
     def why_unreadable(self, question: str) -> str | None:
         """Why the towers cannot read `question` (text that is not UTF-8, or only characters
@@ -313,9 +325,12 @@ class Answerer:
             if best is None:  # nothing retrieved (an empty corpus), or no read block with a body
                 predictions.append(Prediction(question, "", float("-inf"), 0.0, evidence, None))
                 continue
+            probability = float(np.exp(best.log_prob))
+            if self.calibrator is not None:
+                probability = self.calibrator.apply(probability)
             predictions.append(
-                Prediction(question, best.text, best.log_prob, float(np.exp(best.log_prob)), evidence,
-                           int(block_ids[row, best.candidate]), best.offsets)
+                Prediction(question, best.text, best.log_prob, probability, evidence, int(block_ids[row, best.candidate]),
+                           best.offsets)
             )
         return predictions
 

@@ -18,7 +18,8 @@ them exactly as `realm evaluate` does, and the checkpoint with the best exact ma
 in `<root>/best/<step>/` (`realm.model.networks.checkpoint.best_checkpoint` finds it); with
 `average_weights` (the default), the model validated and kept is the moving average of the
 steps' weights, leaning to the later ones (`realm.model.training.weight_average`), and
-without validation questions the newest average is kept. The training length is given in
+without validation questions the newest average is kept. The same questions then calibrate the
+kept checkpoint's answer probabilities (`realm.flows.calibrate`). The training length is given in
 epochs over the questions that carry a loss; the span MLP, which starts from scratch, has
 its own learning rate.
 
@@ -77,7 +78,7 @@ def validation_exact_match(answerer: Answerer, examples: Sequence[QAExample], nu
     return float(np.mean([exact_match(p.answer, e.answers, e.answer_type) for p, e in zip(predictions, examples)]))
 
 
-def _questions_digest(examples: Sequence[QAExample]) -> str:
+def questions_digest(examples: Sequence[QAExample]) -> str:
     """The questions a stage trains and validates on, with their answers and the blocks each excludes."""
     return json_digest([[e.question, list(e.answers), e.answer_type, list(e.excluded_block_ids)] for e in examples])
 
@@ -122,7 +123,7 @@ class FinetuneTrainer(Trainer):
             "blocks": blocks_path, "block_entities": entities_beside(blocks_path), "index": index_path,
             "init_checkpoint": init_checkpoint,
         }
-        values = {"questions": _questions_digest(examples)}
+        values = {"questions": questions_digest(examples)}
         if reader_init == WARM_START:  # not a path: the model config's warm start
             values["reader_init"] = WARM_START
         else:

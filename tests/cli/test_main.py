@@ -8,8 +8,8 @@ from tests.cli.refusal import refused
 
 @pytest.mark.parametrize(
     "command",
-    [[], ["prepare"], ["run"], ["train", "finetune"], ["evaluate"], ["compare"], ["reproduce"], ["ask"], ["serve"],
-     ["info"], ["index"]],
+    [[], ["prepare"], ["run"], ["train", "finetune"], ["evaluate"], ["calibrate"], ["compare"], ["reproduce"], ["ask"],
+     ["serve"], ["info"], ["index"]],
 )
 def test_every_commands_help_prints_and_exits_zero(command, capsys):
     # argparse expands help strings with %: a bare "95%" once made `realm --help` a traceback.

@@ -1,5 +1,6 @@
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -8,6 +9,7 @@ from realm.flows.evaluate import evaluate
 from realm.flows.finetune_openqa import finetune_openqa
 from realm.flows.params import EvaluateParams
 from realm.model.networks.checkpoint import load_components
+from realm.model.qa.calibration import Calibrator, run_calibrator
 from realm.model.qa.qa_data import read_qa_file
 from realm.model.training.train_finetune import is_validation_question
 from realm.schemas.writer_lock import WriterBusy, writer_lock
@@ -22,6 +24,12 @@ def test_bm25_baseline_fine_tunes_the_reader_alone_and_evaluates_with_bm25_evide
     assert result["training_questions"] > 0
     assert result["step"] == math.ceil(result["training_questions"] / 2) and result["index"].startswith(str(run_root / "bm25"))
     assert sorted(load_components(result["checkpoint"])) == ["reader"]
+    # Fine-tuning ends by calibrating the checkpoint it kept on the questions it held out.
+    held_out = [e for e in read_qa_file(finetune.qa_train[0]) if is_validation_question(e.question, finetune.validation_fraction)]
+    calibration = result["calibration"]
+    assert (calibration["questions"], calibration["num_read"]) == (len(held_out), finetune.num_read)
+    assert (run_root / calibration["checkpoint"]).resolve() == Path(result["checkpoint"]).resolve()
+    assert run_calibrator(run_root, result["checkpoint"]) == Calibrator(calibration["slope"], calibration["bias"])
 
     questions = tmp_path / "qa.jsonl"
     questions.write_text("\n".join(
@@ -30,6 +38,7 @@ def test_bm25_baseline_fine_tunes_the_reader_alone_and_evaluates_with_bm25_evide
     ))
     metrics = evaluate(params.run, EvaluateParams(qa=[str(questions), str(demo_qa_path())]))
     assert metrics["mini"]["n"] == 2 and metrics["demo"]["n"] == 40
+    assert metrics["demo"]["calibrated"] is True
     assert 0.0 <= metrics["demo"]["em"] <= metrics["demo"]["recall_at_20"] <= 1.0
 
     dense = params.finetune.model_copy(update={"retriever": "dense"})

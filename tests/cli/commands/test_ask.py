@@ -26,3 +26,23 @@ def test_answering_reads_the_prepared_entities_and_never_loads_spacy(trained_run
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.stdout.splitlines()[-1] == "no spacy 0", done.stderr
+
+
+def test_below_the_minimum_confidence_ask_gives_no_answer_and_still_shows_the_evidence(trained_run, capsys):
+    from realm.cli.main import main
+
+    question = "Where does the Nile flow?"
+    assert main(["ask", "--run", str(trained_run.root), question]) == 0
+    answered = capsys.readouterr().out.splitlines()
+    shown = float(answered[0].rsplit("(p = ", 1)[1].rstrip(")"))  # within 0.0005 of the probability
+    assert answered[0].startswith("answer: ") and sum("<- the answer" in line for line in answered) == 1
+
+    above = round(shown + 0.001, 3)
+    assert main(["ask", "--run", str(trained_run.root), "--min-confidence", str(above), question]) == 0
+    withheld = capsys.readouterr().out.splitlines()
+    assert withheld[0] == f"no answer: p = {shown:.3f} is below --min-confidence {above:g}"
+    assert [line.removesuffix("  <- the answer") for line in answered[1:]] == withheld[1:]
+
+    below = max(0.0, round(shown - 0.001, 3))
+    assert main(["ask", "--run", str(trained_run.root), "--min-confidence", str(below), question]) == 0
+    assert capsys.readouterr().out.splitlines() == answered

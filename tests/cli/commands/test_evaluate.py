@@ -39,9 +39,12 @@ def test_evaluate_reports_the_reader_accuracy_its_predictions_hold(trained_run, 
         assert main(["evaluate", "--run", run, "--qa", str(questions), "--num-read", "8", "--json"]) == 0
         every = json.loads(capsys.readouterr().out.splitlines()[-1])["corpus"]
         assert main(["evaluate", "--run", run, "--qa", str(questions), "--num-read", "1"]) == 0
-        line = capsys.readouterr().out.splitlines()[-1]
+        (line,) = [line for line in capsys.readouterr().out.splitlines() if " reader accuracy " in line]
     assert every["n"] == every["n_answer_read"] == len(CORPUS_QUESTIONS)
     assert every["reader_accuracy"] == every["em"]
+    # No calibrator: the probabilities shown are the reader's own, and every question is answered.
+    assert every["calibrated"] is False and every["ece"] == every["ece_uncalibrated"]
+    assert (every["coverage"], every["em_answered"]) == (1.0, every["em"])
     rows = pq.read_table(trained_run.predictions_file("corpus")).to_pylist()
     read = [r["exact_match"] for r in rows if r["answer_rank"] is not None and r["answer_rank"] < 1]
     accuracy = "-" if not read else f"{sum(read) / len(read):.3f}"
