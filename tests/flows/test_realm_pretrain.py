@@ -106,6 +106,26 @@ def test_a_frozen_doc_tower_trains_against_its_first_index_without_refreshing(ru
     assert [p.name for p in (run_root / "index").iterdir()] == ["0"] and result["index"].endswith("/index/0")
 
 
+def test_with_the_projection_learning_each_refresh_task_reprojects_the_pooled_states(run_root):
+    """doc_tower "projection": the refresh tasks publish indexes of the pooled states computed
+    once; a resumed run finds the same states and repeats the uninterrupted run's losses."""
+    params = tiny_params(run_root)
+    params.pretrain = params.pretrain.model_copy(update={"doc_tower": "projection"})
+    ict_warm_start(params.run, params.ict)
+    result = realm_pretrain(params.run, params.pretrain)
+    assert [(r["swapped_at_step"], r["staleness_steps"]) for r in result["refreshes"]] == [(4, 2)]
+    (states,) = (run_root / "pooled_states").iterdir()
+    for step in (2, 6):
+        lineage = json.loads((run_root / "index" / str(step) / "manifest.json").read_text())["lineage"]
+        assert lineage["pooled_states"] == str(states / "0")
+    losses = logged(run_root / "reports" / "pretrain_metrics.jsonl", "loss", "loss")
+    shutil.rmtree(run_root / "checkpoints" / "pretrain" / "6")
+    shutil.rmtree(run_root / "checkpoints" / "pretrain" / "4")
+    assert realm_pretrain(params.run, params.pretrain)["step"] == 6  # from step 2's checkpoint
+    assert logged(run_root / "reports" / "pretrain_metrics.jsonl", "loss", "loss") == losses
+    assert [p.name for p in (run_root / "pooled_states").iterdir()] == [states.name]
+
+
 def test_the_last_evaluation_is_written_example_by_example(run_root):
     params = tiny_params(run_root)
     params.pretrain = params.pretrain.model_copy(update={"untrained_eval_examples": 5})
