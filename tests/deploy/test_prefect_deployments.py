@@ -1,6 +1,7 @@
 """deploy/prefect.yaml points at real flows with parameters they accept."""
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,9 @@ def load_flow(entrypoint: str) -> Flow:
     path, name = entrypoint.split(":")
     spec = importlib.util.spec_from_file_location(f"deploy_check_{Path(path).stem}", ROOT / path)
     module = importlib.util.module_from_spec(spec)
+    # Registered before it runs, as Prefect's own entrypoint loader does: a dataclass in the
+    # module looks its module up there.
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return getattr(module, name)
 
