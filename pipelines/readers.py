@@ -48,7 +48,7 @@ class DropDuplicateDocIds(beam.PTransform):
 
     def expand(self, documents):
         # (doc_id, [document, ...]) after the group; a shuffle of every document, which a
-        # corpus can afford once (chunking already shuffles every block to drop duplicates).
+        # corpus can afford once (chunking shuffles only block ids to drop duplicate blocks).
         outputs = (
             documents
             | "KeyByDocId" >> beam.Map(lambda document: (document["doc_id"], document))
