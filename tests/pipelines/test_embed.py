@@ -1,0 +1,91 @@
+"""The embedding pipeline: a run's blocks through its doc-tower snapshot with RunInference give
+the in-process embedder's vectors (same ids, cosine >= 0.999), in the EMBEDDINGS schema with
+the index lineage; a block the tower cannot embed is dead-lettered and counted."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from realm.model.index.embed_corpus import embed_blocks, load_embeddings
+from realm.model.index.lineage import corpus_fingerprint, doc_tower_fingerprint
+from realm.model.index.rebuild import fit_block_batch
+from realm.model.networks.config import build_component, load_pretrained
+from realm.model.networks.retriever import Embedder
+from realm.model.publish import publish, staging_dir
+from realm.pipelines import embed
+from realm.pipelines.embed import block_problem
+from realm.schemas import BLOCKS, DEAD_LETTER, EMBEDDINGS, read_table
+from realm.schemas.run_layout import RunLayout
+from tests.model.corpus_fixture import write_corpus
+
+SNAPSHOT_STEP = 3
+BLOCK_WORDPIECES = 16  # below the corpus's blocks: the pipeline must cut them as a refresh does
+BAD_BLOCK_ID = 777
+VOCABULARY = 30522  # the tiny preset's
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+@pytest.fixture
+def tiny_run(tmp_path, blocks_table, block_entities_table, tiny_config) -> RunLayout:
+    """A run with the test corpus plus one block holding a wordpiece id past the vocabulary, and
+    a published doc-tower snapshot of step 3 (a random tiny tower)."""
+    layout = RunLayout.at(tmp_path / "run")
+    layout.record_model_preset("random-2l")
+    bad = {**blocks_table.slice(0, 1).to_pylist()[0], "block_id": BAD_BLOCK_ID, "body_token_ids": [5, VOCABULARY]}
+    write_corpus(layout.blocks, pa.concat_tables([blocks_table, pa.Table.from_pylist([bad], schema=BLOCKS)]),
+                 block_entities_table)
+    staging = staging_dir(layout.snapshots, SNAPSHOT_STEP)
+    build_component(Embedder, tiny_config).save_pretrained(staging)
+    publish(staging, layout.snapshots, SNAPSHOT_STEP)
+    return layout
+
+
+def test_a_wordpiece_id_outside_the_vocabulary_is_the_problem_named():
+    block = {"title_token_ids": [1, 2], "body_token_ids": [3, VOCABULARY]}
+    assert block_problem(block, VOCABULARY) == (
+        "token_id_out_of_vocabulary", f"body_token_ids holds {VOCABULARY}; the doc tower's vocabulary has {VOCABULARY} ids"
+    )
+    assert block_problem({**block, "title_token_ids": [-1]}, VOCABULARY)[0] == "token_id_out_of_vocabulary"
+    assert block_problem({**block, "body_token_ids": [0, VOCABULARY - 1]}, VOCABULARY) is None
+
+
+def test_the_pipeline_embeds_what_the_in_process_embedder_does(tiny_run, blocks_table, tokenizer, tmp_path):
+    output = tmp_path / "out"
+    # No --step: the newest snapshot; Beam's local runner with its 2 workers.
+    counts = embed.run([f"--run={tiny_run.root}", f"--output={output}", f"--max_block_wordpieces={BLOCK_WORDPIECES}",
+                        "--embed_batch_blocks=3", "--embed_window_blocks=4"])
+
+    snapshot = tiny_run.snapshots / str(SNAPSHOT_STEP)
+    fitted = pa.Table.from_batches([fit_block_batch(b, BLOCK_WORDPIECES) for b in blocks_table.to_batches()])
+    embed_blocks(load_pretrained(Embedder, snapshot), tokenizer, fitted, str(tmp_path / "in_process"), SNAPSHOT_STEP)
+    in_process_ids, in_process = load_embeddings(str(tmp_path / "in_process"))
+
+    table = read_table(str(output / "embeddings"), EMBEDDINGS)  # validates the schema
+    assert table["checkpoint_step"].to_pylist() == [SNAPSHOT_STEP] * len(blocks_table)
+    pipeline_ids, vectors = load_embeddings(str(output / "embeddings"))
+    assert pipeline_ids.tolist() == in_process_ids.tolist() == sorted(blocks_table["block_id"].to_pylist())
+    assert cosines(vectors, in_process).min() >= 0.999
+
+    dead = read_table(str(output / "dead_letter"), DEAD_LETTER)
+    assert [(r["stage"], r["record_key"], r["reason"]) for r in dead.to_pylist()] == [
+        ("embed", str(BAD_BLOCK_ID), "embed_token_id_out_of_vocabulary")
+    ]
+    assert counts["embed"]["embed_token_id_out_of_vocabulary"] == 1
+    assert counts["embed"]["blocks"] == len(blocks_table)
+    assert json.loads((output / "summary" / "embed.json").read_text()) == counts
+
+    lineage = json.loads((output / embed.LINEAGE_FILE).read_text())
+    assert lineage["doc_tower"] == doc_tower_fingerprint(snapshot, SNAPSHOT_STEP)
+    assert lineage["corpus"] == corpus_fingerprint(in_process_ids)
+    assert lineage["max_block_wordpieces"] == BLOCK_WORDPIECES
+
+
+def test_a_step_without_a_snapshot_stops_before_beam_starts(tiny_run, tmp_path):
+    with pytest.raises(FileNotFoundError, match="--step 9: no file matches it"):
+        embed.run([f"--run={tiny_run.root}", "--step=9", f"--output={tmp_path / 'out'}"])
+    assert not (tmp_path / "out").exists()
