@@ -7,20 +7,24 @@
                                                          offsets in its block
     GET  /blocks/{block_id}                          -> a block's title and text
     GET  /health                                     -> the run, its corpus size, questions answered
+                                                         (by the server process that answers)
     GET  /                                           -> a page: ask, see the answer in its evidence
 
-The model and index load once. Questions from concurrent requests go through one queue and
-are answered in batches by a fixed number of worker threads (`AnswerQueue`; `realm serve` runs
-one per core, each on one torch thread): the CPU runs at most one forward pass per core instead
-of one per request, and questions that arrive together share it.
+The model and index load once per process. Questions from concurrent requests go through one
+queue and are answered in batches by a fixed number of answer threads (`AnswerQueue`; `realm
+serve` gives each server process its share of the cores, one thread per core, each on one torch
+thread): the CPU runs at most one forward pass per core instead of one per request, and
+questions that arrive together share it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import queue
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
@@ -40,6 +44,12 @@ from realm.model.qa.risk_coverage import MIN_CONFIDENCE, answered
 # A question longer than this is not a question (the towers read 64 wordpieces of it anyway).
 MAX_QUESTION_CHARS = 500
 MAX_BATCH = 16
+# A thread that takes a question waits this long for another before it answers what it has, and
+# keeps waiting while they keep coming, up to BATCH_WAIT_S in all: clients answered together
+# send their next questions within milliseconds of each other, and a batch that leaves without
+# them costs every question more (docs/serving.md, "How requests are answered").
+BATCH_GAP_S = 0.005
+BATCH_WAIT_S = 0.025
 
 
 class AskRequest(BaseModel):
@@ -87,18 +97,30 @@ class _Pending:
 
 
 class AnswerQueue:
-    """`workers` threads answer queued questions, each up to `max_batch` at a time, grouped by
-    their read/retrieve sizes; the Answerer is only read, so they share it."""
+    """`threads` threads answer queued questions, each up to `max_batch` at a time, grouped by
+    their read/retrieve sizes; the Answerer is only read, so they share it. A thread's batch is
+    the question it took, those already queued, and, while every other thread is busy, those
+    that arrive `batch_gap_s` or less apart after it, for `batch_wait_s` at most."""
 
-    def __init__(self, answerer: Answerer, max_batch: int = MAX_BATCH, workers: int = 1):
+    def __init__(
+        self,
+        answerer: Answerer,
+        max_batch: int = MAX_BATCH,
+        threads: int = 1,
+        batch_gap_s: float = BATCH_GAP_S,
+        batch_wait_s: float = BATCH_WAIT_S,
+    ):
         self.answerer = answerer
         self.max_batch = max_batch
+        self.batch_gap_s = batch_gap_s
+        self.batch_wait_s = batch_wait_s
         self.answered = 0
         self.largest_batch = 0
         self._counts = threading.Lock()
+        self._idle = 0  # threads waiting for a first question
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
         self._threads = [
-            threading.Thread(target=self._work, name=f"realm-answer-queue-{n}", daemon=True) for n in range(workers)
+            threading.Thread(target=self._work, name=f"realm-answer-queue-{n}", daemon=True) for n in range(threads)
         ]
         for thread in self._threads:
             thread.start()
@@ -119,20 +141,37 @@ class AnswerQueue:
             thread.join()
 
     def _work(self) -> None:
-        while (first := self._queue.get()) is not None:
-            batch, stop = [first], False
-            while len(batch) < self.max_batch:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:  # nothing waiting (or another worker took it)
-                    break
-                if item is None:
-                    stop = True
-                    break
-                batch.append(item)
+        while (first := self._next()) is not None:
+            batch, stop = self._gather(first)
             self._answer(batch)
             if stop:
                 return
+
+    def _next(self) -> _Pending | None:
+        with self._counts:
+            self._idle += 1
+        try:
+            return self._queue.get()
+        finally:
+            with self._counts:
+                self._idle -= 1
+
+    def _gather(self, first: _Pending) -> tuple[list[_Pending], bool]:
+        """The batch that starts with `first`, and whether a stop was taken into it. It waits for
+        more only while no other thread is idle: one that is answers them at once, and two
+        batches answered side by side beat one twice their size (a core each)."""
+        batch = [first]
+        deadline = time.monotonic() + self.batch_wait_s
+        while len(batch) < self.max_batch:
+            wait_s = 0.0 if self._idle else max(0.0, min(self.batch_gap_s, deadline - time.monotonic()))
+            try:
+                item = self._queue.get(timeout=wait_s)
+            except queue.Empty:  # none came within the gap (or another thread took it)
+                return batch, False
+            if item is None:
+                return batch, True
+            batch.append(item)
+        return batch, False
 
     def _answer(self, batch: Sequence[_Pending]) -> None:
         with self._counts:
@@ -176,8 +215,8 @@ def _response(prediction: Prediction, evidence: int, min_confidence: float, cali
     )
 
 
-def create_app(answerer: Answerer, run: str, max_batch: int = MAX_BATCH, workers: int = 1) -> FastAPI:
-    answers = AnswerQueue(answerer, max_batch, workers)
+def create_app(answerer: Answerer, run: str, max_batch: int = MAX_BATCH, threads: int = 1) -> FastAPI:
+    answers = AnswerQueue(answerer, max_batch, threads)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -201,8 +240,9 @@ def create_app(answerer: Answerer, run: str, max_batch: int = MAX_BATCH, workers
 
     @app.get("/health")
     async def health() -> dict:
+        # The figures are this process's: with `realm serve --workers N`, of the worker that answered.
         return {
-            "status": "ok", "run": run, "blocks": len(answerer.blocks),
+            "status": "ok", "run": run, "blocks": len(answerer.blocks), "worker_pid": os.getpid(),
             "answered": answers.answered, "largest_batch": answers.largest_batch,
         }
 

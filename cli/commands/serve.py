@@ -1,14 +1,13 @@
 """`realm serve`: a trained run's answers over HTTP (`realm.cli.http_app`): POST /ask,
 GET /blocks/{id}, GET /health, and a web page at /.
 
-    realm serve --run runs/demo --port 8000
+    realm serve --run runs/demo --port 8000 [--workers 2]
 """
 
 from __future__ import annotations
 
 import argparse
 
-from realm.cli.answering import run_answerer
 from realm.cli.options import add_index_option
 
 
@@ -17,7 +16,12 @@ def add_parser(commands) -> None:
     parser.add_argument("--run", required=True, help="run root")
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (loopback unless told otherwise)")
     parser.add_argument("--port", type=port_number, default=8000)
-    parser.add_argument("--device")
+    parser.add_argument(
+        "--workers", type=worker_count, default=1,
+        help="server processes, each with its own copy of the model, splitting the cores between them (at most "
+        "one per core; one per core answers the most questions a second, docs/serving.md)",
+    )
+    parser.add_argument("--device", help="cpu, cuda or cuda:N (default: CUDA when present, else the CPU)")
     parser.add_argument("--bf16-reader", action="store_true",
                         help="run the reader entirely in bf16: less CPU per question, a few answers differ (docs/benchmarks.md)")
     add_index_option(parser)
@@ -25,23 +29,33 @@ def add_parser(commands) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    import torch
-    import uvicorn
-
-    from realm.cli.http_app import create_app
+    from realm.cli.serve_workers import ServeSettings, listen, load_app, serve, serve_in_processes
     from realm.model.networks.device import usable_cores
 
-    check_can_listen(args.host, args.port)  # before the model loads, not after
-    answerer = run_answerer(args.run, args.device, args.index, args.bf16_reader)
-    # One worker per core, each forward on one torch thread: a forward split across cores waits
-    # at every op for the slowest core, which another process on the machine stalls
-    # (docs/serving.md, "How requests are answered"). Set after loading: faiss's thread setting at
-    # load is torch's too (one OpenMP).
-    torch.set_num_threads(1)
-    app = create_app(answerer, args.run, workers=usable_cores())
-    print(f"realm: serving {args.run} on http://{args.host}:{args.port}/ (Ctrl-C stops)")
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
-    return 0
+    cores = usable_cores()
+    if args.workers > cores:
+        raise SystemExit(f"realm serve: --workers {args.workers} is more than the {cores} cores this process may use")
+    # Bound before the model loads: an address that cannot be served is refused at once.
+    if args.workers > 1:
+        # SO_REUSEPORT would share the port with another server already on it: a plain bind refuses first.
+        for probe in listening_sockets(args.host, args.port):
+            probe.close()
+    socket_sets = [listening_sockets(args.host, args.port, share_port=args.workers > 1)]
+    port = socket_sets[0][0].getsockname()[1]  # the one the system chose for --port 0
+    socket_sets += [listening_sockets(args.host, port, share_port=True) for _ in range(args.workers - 1)]
+    settings = ServeSettings(
+        args.run, args.device, args.index, args.bf16_reader, args.workers, cores,
+        log_level="info" if args.verbose else "warning",
+    )
+    serving = f"realm: serving {args.run} on http://{args.host}:{port}/"
+    if args.workers > 1:
+        return serve_in_processes(
+            settings, socket_sets, started=lambda: print(f"{serving} with {args.workers} workers (Ctrl-C stops)", flush=True)
+        )
+    app = load_app(settings)
+    listen(socket_sets[0])
+    print(f"{serving} (Ctrl-C stops)", flush=True)
+    return 0 if serve(app, socket_sets[0], settings.log_level) else 1
 
 
 def port_number(text: str) -> int:
@@ -50,27 +64,39 @@ def port_number(text: str) -> int:
     return int(text)
 
 
-def check_can_listen(host: str, port: int) -> None:
-    """SystemExit naming the reason when the server could not listen on host:port (a name that
-    does not resolve, an address not on this machine, a port taken or privileged). Binds as
-    asyncio's `create_server` (uvicorn's) does: every address the host resolves to, an address
-    family the machine cannot open skipped, IPv6 sockets IPv6-only."""
+def worker_count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of workers (1 or more)")
+    return int(text)
+
+
+def listening_sockets(host: str, port: int, share_port: bool = False) -> list:
+    """Sockets bound to host:port, for the server to listen on: every address the host resolves
+    to, as asyncio's `create_server` (uvicorn's) binds them (an address family the machine
+    cannot open skipped, IPv6 sockets IPv6-only); `share_port`: with SO_REUSEPORT, so that
+    each worker binds its own and the kernel spreads new connections over them. SystemExit
+    naming the reason when it cannot (a name that does not resolve, an address not on this
+    machine, a port taken or privileged)."""
     import socket
 
+    opened = []
     try:
-        opened = 0
         for family, kind, protocol, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
             try:
-                probe = socket.socket(family, kind, protocol)
+                sock = socket.socket(family, kind, protocol)
             except OSError:
                 continue
-            with probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                if family == socket.AF_INET6:
-                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                probe.bind(address)
-                opened += 1
+            opened.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if share_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
         if not opened:
             raise OSError("no address it resolves to can be opened on this machine")
     except OSError as error:  # socket.gaierror included
+        for sock in opened:
+            sock.close()
         raise SystemExit(f"realm serve: cannot listen on {host}:{port}: {error.strerror or error}") from None
+    return opened

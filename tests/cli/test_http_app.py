@@ -1,3 +1,4 @@
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -92,7 +93,8 @@ def test_blocks_health_and_the_page(client):
     missing = client.get("/blocks/12345")
     assert missing.status_code == 404 and missing.json()["detail"] == "no block 12345 in this run's corpus"
     assert client.get("/health").json() == {
-        "status": "ok", "run": "runs/test", "blocks": len(CORPUS), "answered": 0, "largest_batch": 0,
+        "status": "ok", "run": "runs/test", "blocks": len(CORPUS), "worker_pid": os.getpid(), "answered": 0,
+        "largest_batch": 0,
     }
     page = client.get("/")
     assert page.status_code == 200 and '<form id="ask">' in page.text and 'fetch("ask"' in page.text
@@ -133,10 +135,10 @@ def test_concurrent_questions_are_answered_in_batches_with_the_answers_asked_alo
     assert health["largest_batch"] == 16
 
 
-def test_two_workers_share_the_queue_and_each_client_gets_the_answer_it_gets_alone(answerer):
+def test_two_threads_share_the_queue_and_each_client_gets_the_answer_it_gets_alone(answerer):
     alone = {q: p.answer for q, p in zip(QUESTIONS, answerer.answer(QUESTIONS, num_read=5, num_retrieve=5))}
     asked = [QUESTIONS[i % len(QUESTIONS)] for i in range(32)]
-    with TestClient(create_app(answerer, "runs/test", workers=2)) as client:
+    with TestClient(create_app(answerer, "runs/test", threads=2)) as client:
         answering = {thread.name for thread in threading.enumerate() if thread.name.startswith("realm-answer-queue")}
         with ThreadPoolExecutor(max_workers=32) as pool:
             responses = list(pool.map(lambda q: client.post("/ask", json={"question": q}), asked))
@@ -146,3 +148,41 @@ def test_two_workers_share_the_queue_and_each_client_gets_the_answer_it_gets_alo
     assert [r.json()["answer"] for r in responses] == [alone[q] for q in asked]
     assert health["answered"] == 32
     assert not any(thread.name.startswith("realm-answer-queue") for thread in threading.enumerate())  # closed: both ended
+
+
+def _batch_sizes(answerer, gap_s: float, wait_s: float, arrivals_s: list[float]) -> list[int]:
+    """The batches an idle AnswerQueue answers when questions arrive at `arrivals_s` (seconds
+    after the first)."""
+    from realm.cli.http_app import AnswerQueue
+
+    sizes = []
+    answer = answerer.answer
+
+    def counted(questions, *args):
+        sizes.append(len(questions))
+        return answer(questions, *args)
+
+    answerer.answer = counted
+    answers = AnswerQueue(answerer, batch_gap_s=gap_s, batch_wait_s=wait_s)
+    try:
+        started, futures = time.monotonic(), []
+        for n, arrival in enumerate(arrivals_s):
+            time.sleep(max(0.0, started + arrival - time.monotonic()))
+            futures.append(answers.submit(QUESTIONS[n % len(QUESTIONS)], 5, 5))
+        assert [f.result(timeout=60).question for f in futures] == [QUESTIONS[n % len(QUESTIONS)] for n in range(len(futures))]
+    finally:
+        answers.close()
+    return sizes
+
+
+def test_questions_that_keep_arriving_within_the_gap_share_a_batch(answerer):
+    assert _batch_sizes(answerer, gap_s=2.0, wait_s=10.0, arrivals_s=[0.0, 0.5, 1.0]) == [3]
+
+
+def test_a_question_later_than_the_gap_waits_for_the_next_batch(answerer):
+    assert _batch_sizes(answerer, gap_s=0.2, wait_s=10.0, arrivals_s=[0.0, 1.5]) == [1, 1]
+
+
+def test_a_batch_waits_no_longer_than_its_wait(answerer):
+    # Each arrival is within the gap of the one before, but the third comes after the wait.
+    assert _batch_sizes(answerer, gap_s=2.0, wait_s=1.0, arrivals_s=[0.0, 0.5, 1.6]) == [2, 1]
