@@ -96,16 +96,30 @@ class BlockStore:
         self._entities = None if entities is None else entities_in_id_order(entities, self._sorted_ids, entities_path)
 
     @classmethod
-    def from_parquet(cls, blocks_path: str, with_text: bool = False, with_entities: bool = False) -> BlockStore:
+    def from_parquet(
+        cls, blocks_path: str | Sequence[str], with_text: bool = False, with_entities: bool = False
+    ) -> BlockStore:
         """Training needs only the wordpieces; `with_text` also loads `title`, `text` and
         `sentence_starts`, `with_entities` the `block_entities/` artifact beside `blocks_path`
-        (a FileNotFoundError naming the command that tags them when it is not there)."""
+        (a FileNotFoundError naming the command that tags them when it is not there).
+
+        Several paths: their blocks together (the corpus and the passages of reading-comprehension
+        questions). A block id that an earlier one holds is that same block (the chunker's ids
+        hash the title and the body), so its later copies are left out."""
+        paths = [blocks_path] if isinstance(blocks_path, (str, Path)) else list(blocks_path)
         columns = BLOCK_COLUMNS + (BLOCK_TEXT_COLUMNS if with_text else [])
-        blocks = pa.Table.from_batches(list(iter_block_batches(blocks_path, columns=columns)))
+        tables = [pa.Table.from_batches(list(iter_block_batches(str(path), columns=columns))) for path in paths]
+        entities_paths = [tagged_entities(path) for path in paths] if with_entities else []
+        entities = [read_table(path, BLOCK_ENTITIES) for path in entities_paths]
+        for later in range(1, len(tables)):
+            held = pa.concat_tables(tables[:later])["block_id"]
+            tables[later] = tables[later].filter(pc.invert(pc.is_in(tables[later]["block_id"], held)))
+            if entities:
+                entities[later] = entities[later].filter(pc.invert(pc.is_in(entities[later]["block_id"], held)))
+        blocks = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         if not with_entities:
             return cls(blocks)
-        entities_path = tagged_entities(blocks_path)
-        return cls(blocks, read_table(entities_path, BLOCK_ENTITIES), entities_path)
+        return cls(blocks, pa.concat_tables(entities) if len(entities) > 1 else entities[0], ", ".join(entities_paths))
 
     def __len__(self) -> int:
         return len(self.block_ids)

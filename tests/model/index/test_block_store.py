@@ -57,3 +57,17 @@ def test_entities_that_are_missing_or_tag_other_blocks_are_refused_naming_them(b
     write_table(str(entities / "part-0.parquet"), block_entities_table.sort_by("block_id").slice(1), BLOCK_ENTITIES)
     with pytest.raises(ArtifactError, match=f"^{entities}: block -42 has no row \\(7 rows for 8 blocks\\)"):
         BlockStore.from_parquet(path, with_text=True, with_entities=True)
+
+
+def test_several_artifacts_are_read_together_and_a_block_two_hold_is_read_once(blocks_table, block_entities_table, tmp_path):
+    """A corpus of the first five blocks by id and passages of the last four: Mount Everest's (23) in both."""
+    ordered, tags = blocks_table.sort_by("block_id"), block_entities_table.sort_by("block_id")
+    corpus, passages = tmp_path / "corpus" / "blocks", tmp_path / "passages" / "blocks"
+    for path, rows in ((corpus, slice(0, 5)), (passages, slice(4, 8))):
+        write_table(str(path / "part-0.parquet"), ordered[rows], BLOCKS)
+        write_table(str(path.parent / "block_entities" / "part-0.parquet"), tags[rows], BLOCK_ENTITIES)
+    store = BlockStore.from_parquet([str(corpus), str(passages)], with_text=True, with_entities=True)
+    assert sorted(store.block_ids.tolist()) == sorted(blocks_table["block_id"].to_pylist())
+    for row, tagged in zip(ordered.to_pylist(), tags.to_pylist()):
+        assert store.text(row["block_id"]) == row["text"] and store.body_ids(row["block_id"]) == row["body_token_ids"]
+        assert store.entities(row["block_id"]) == [(e["start"], e["end"], e["label"]) for e in tagged["entities"]]
