@@ -1,12 +1,13 @@
 """What fine-tuning trains on, fixed before its first step: each training question's cached
-candidates (`realm.model.training.question_candidates`), the questions that carry a reader
-loss, and, with the early update over the whole corpus, every block holding each question's
-answer and the questions that train the query tower alone.
+candidates (`realm.model.training.question_candidates`; a reading-comprehension question's
+passage first), the questions that carry a reader loss, and, with the early update over the
+whole corpus, every block holding each question's answer and the questions that train the
+query tower alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,7 @@ from realm.model.qa.corpus_holders import answer_holders
 from realm.model.qa.qa_data import QAExample
 from realm.model.qa.question_retrieval import QuestionRetriever
 from realm.model.tokenization import WordPieceTokenizer
+from realm.model.training.passage_candidates import Passage
 from realm.model.training.question_candidates import CandidateCache
 from realm.model.training.stage_settings import FinetuneConfig
 
@@ -37,10 +39,12 @@ def training_candidates(
     model_config: ModelConfig,
     config: FinetuneConfig,
     recorded: tuple[np.ndarray, np.ndarray] | None,
+    passages: Mapping[str, Passage] | None = None,
 ) -> TrainingCandidates:
     """The candidates of `questions` from `retriever`, or the (block_ids, found) a checkpoint
-    `recorded`, so a resumed stage trains on the stream an uninterrupted one would."""
-    cache = CandidateCache.build(retriever, tokenizer, blocks, questions, model_config, config, recorded)
+    `recorded`, so a resumed stage trains on the stream an uninterrupted one would; with
+    `passages`, each question's passage first and its marked answers the gold spans."""
+    cache = CandidateCache.build(retriever, tokenizer, blocks, questions, model_config, config, recorded, passages=passages)
     answered = cache.holds_answer.any(axis=1)
     rows = np.flatnonzero(answered)
     if len(rows) == 0:

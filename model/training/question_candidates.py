@@ -1,13 +1,15 @@
 """Each fine-tuning question's candidate blocks, retrieved once before the first step (the
 dense index through the starting query tower, or BM25), and their gold spans: where a
 question's answer occurs among them (`realm.model.qa.gold_spans`: text answers match by
-wordpieces, CuratedTrec's regex answers the block text of whole-word spans). A resumed run
+wordpieces, CuratedTrec's regex answers the block text of whole-word spans), or, for a
+reading-comprehension question read over its passage first
+(`realm.model.training.passage_candidates`), the answers marked in the passage. A resumed run
 rebuilds the cache from the block ids its checkpoint recorded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +22,7 @@ from realm.model.qa.gold_spans import gold_spans
 from realm.model.qa.qa_data import QAExample
 from realm.model.qa.question_retrieval import QuestionRetriever
 from realm.model.tokenization import WordPieceTokenizer
+from realm.model.training.passage_candidates import Passage
 from realm.model.training.stage_settings import FinetuneConfig
 
 
@@ -57,13 +60,17 @@ class CandidateCache(Candidates):
         config: FinetuneConfig,
         retrieved: tuple[np.ndarray, np.ndarray] | None = None,
         batch_size: int = 64,
+        passages: Mapping[str, Passage] | None = None,
     ) -> CandidateCache:
         """Retrieve each example's top `config.num_candidates` other than its
         `excluded_block_ids` (or take `retrieved`, the (block_ids, found) a checkpoint
-        recorded) and find their gold spans."""
+        recorded) and find their gold spans; with `passages` (each example's, by question, the
+        first of its candidates), the spans marked in the passage and none elsewhere."""
         if retrieved is None:
             retrieved = retrieve_candidates(retriever, tokenizer, examples, config.num_candidates, config, batch_size)
         block_ids, found = retrieved
+        if passages is not None:
+            return cls(block_ids, found, [marked_spans(passages[e.question], row) for e, row in zip(examples, block_ids)])
         gold = [
             [
                 gold_spans(tokenizer, blocks, int(b), example, model_config.max_span_wordpieces) if ok else []
@@ -72,6 +79,14 @@ class CandidateCache(Candidates):
             for example, row_ids, row_found in zip(examples, block_ids, found)
         ]
         return cls(block_ids, found, gold)
+
+
+def marked_spans(passage: Passage, block_ids: np.ndarray) -> list[list[tuple[int, int]]]:
+    """The gold spans of a question's candidates `block_ids` [candidates]: the passage's marked
+    answers in the first, which must be the passage, and none in the others."""
+    if not len(block_ids) or block_ids[0] != passage.block_id:
+        raise ValueError(f"candidates {block_ids[:1].tolist()}... do not start with the question's passage {passage.block_id}")
+    return [list(passage.spans)] + [[] for _ in block_ids[1:]]
 
 
 def retrieve_candidates(

@@ -53,6 +53,7 @@ from realm.model.training.finetune_loss import CorpusPositives, finetune_loss
 from realm.model.training.finetune_start import WARM_START, initial_components
 from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
 from realm.model.training.finetune_candidates import training_candidates
+from realm.model.training.passage_candidates import PassageRetriever, Passages
 from realm.model.training.stage_inputs import json_digest, stage_inputs
 from realm.model.training.stage_settings import FinetuneConfig
 from realm.model.training.trainer import ProgressFn, Trainer
@@ -86,7 +87,10 @@ def questions_digest(examples: Sequence[QAExample]) -> str:
 class FinetuneTrainer(Trainer):
     """Fine-tuning against the published index `index_path` (a dense `index/<step>/`, or a
     BM25 index), resuming from the newest checkpoint under `checkpoint_root`, else starting
-    from `initial_components`; `run` trains its epochs (module docstring)."""
+    from `initial_components`; `run` trains its epochs (module docstring). With `passages` (the
+    reader's SQuAD warm-up), each question is read over its passage and the blocks the index
+    retrieves for it, scored alike (`realm.model.training.passage_candidates`): the reader
+    alone trains, validated on reading them, and the query tower is left as it was."""
 
     def __init__(
         self,
@@ -100,13 +104,16 @@ class FinetuneTrainer(Trainer):
         device: torch.device | None = None,
         reader_init: str | None = None,
         seed: int = 0,
+        passages: Passages | None = None,
     ):
         dense = not is_bm25_index(index_path)
         if config.retriever_corpus_softmax is None:
             # Recorded as it runs: a checkpoint then matches a rerun that names the setting and one that leaves it.
-            config = config.model_copy(update={"retriever_corpus_softmax": dense})
+            config = config.model_copy(update={"retriever_corpus_softmax": dense and passages is None})
         elif config.retriever_corpus_softmax and not dense:  # before any work: nothing would use it
             raise ValueError("retriever_corpus_softmax needs a dense index: BM25 has no query tower to train")
+        elif config.retriever_corpus_softmax and passages is not None:
+            raise ValueError("retriever_corpus_softmax trains the query tower, which questions read over passages leave as it is")
         super().__init__(checkpoint_root, config, device, seed)
         self.validation = [e for e in examples if is_validation_question(e.question, config.validation_fraction)]
         self.training = [e for e in examples if not is_validation_question(e.question, config.validation_fraction)]
@@ -114,7 +121,8 @@ class FinetuneTrainer(Trainer):
             raise ValueError(f"no training questions (of {len(examples)}, all held out for validation)")
         self.model_config = model_config
         self.tokenizer = model_config.tokenizer()
-        self.blocks = BlockStore.from_parquet(blocks_path, with_text=True, with_entities=True)
+        read_blocks = [blocks_path] if passages is None else [blocks_path, passages.blocks_path]
+        self.blocks = BlockStore.from_parquet(read_blocks, with_text=True, with_entities=True)
 
         # The checkpoints a fresh stage starts from: every checkpoint names them and its index as
         # used, so retention never removes them (`realm.model.publish`).
@@ -128,6 +136,9 @@ class FinetuneTrainer(Trainer):
             values["reader_init"] = WARM_START
         else:
             data["reader_init"] = reader_init
+        if passages is not None:
+            data |= {"passages": passages.blocks_path, "passage_entities": entities_beside(passages.blocks_path)}
+            values["passage_spans"] = passages.digest()
         inputs = stage_inputs(config, seed, data, values)
         components = self._start_components(
             lambda: initial_components(
@@ -138,6 +149,8 @@ class FinetuneTrainer(Trainer):
         )
         self.reader = components["reader"]
         self.retriever = load_question_retriever(index_path, components.get("query_embedder"), model_config, self.device)
+        if passages is not None:  # the reader alone trains, reading each question's passage and retrieved blocks
+            self.retriever = PassageRetriever(self.retriever, passages.by_question)
         self.trained = {name: components[name] for name in sorted(components)}  # reader (and query_embedder, dense)
         # For validation; sets eval mode.
         self.answerer = Answerer(self.retriever, self.reader, self.blocks, self.tokenizer, model_config, self.device)
@@ -149,6 +162,7 @@ class FinetuneTrainer(Trainer):
         trained_on = training_candidates(
             self.retriever, self.tokenizer, self.blocks, self.training, model_config, config,
             None if recorded is None else (recorded["block_ids"].numpy(), recorded["found"].numpy()),
+            passages=None if passages is None else passages.by_question,
         )
         self.candidates, self.rows, self.holders = trained_on.cache, trained_on.rows, trained_on.holders
         self.retriever_only_rows = trained_on.retriever_only_rows

@@ -10,11 +10,15 @@ import torch
 from realm.model.qa.answering import Answerer
 from realm.model.index.block_store import BlockStore
 from realm.model.index.bm25 import Bm25Index
-from realm.model.networks.checkpoint import WEIGHT_AVERAGE_EXTRA, best_checkpoint, checkpoint_extra, load_components
+from realm.model.networks.checkpoint import (
+    WEIGHT_AVERAGE_EXTRA, best_checkpoint, checkpoint_extra, load_components, save_checkpoint,
+)
 from realm.model.index.mips import MipsIndex
 from realm.model.qa.qa_data import QAExample
 from realm.model.qa.corpus_holders import answer_holders
 from realm.model.training.finetune_loss import finetune_loss
+from realm.model.training.squad_passages import squad_passages
+from realm.model.training.squad_questions import read_squad
 from realm.model.training.train_finetune import FinetuneTrainer, is_validation_question, validation_exact_match
 from tests.model.corpus_fixture import CORPUS_QUESTIONS as EXAMPLES
 from tests.model.training.finetune_fixture import (
@@ -25,7 +29,9 @@ from tests.model.training.finetune_fixture import (
     weights as _weights,
     answers_from_its_blocks as _answers_from_its_blocks,
     digests as _digests,
+    warmed_up as _warmed_up,
 )
+from tests.model.training.squad_fixture import cut_passages, write_squad
 
 
 def test_questions_without_an_answer_among_their_candidates_train_the_query_tower_alone(
@@ -243,3 +249,51 @@ def test_reader_modules_train_from_zero_and_answer_from_their_checkpoint(setting
     assert getattr(reader.config, setting)  # saved with it, so answering reads with it too
     assert all(weight.abs().sum() > 0 for weight in getattr(reader, setting).parameters())
     _answers_from_its_blocks(trained["checkpoint"], qa_corpus, tiny_config)
+
+
+def test_questions_read_over_their_passages_train_the_reader_alone_and_resume_exactly(
+    qa_corpus, tmp_path, tokenizer, tiny_config
+):
+    """SQuAD-style questions (`realm.model.training.passage_candidates`): each reads its passage
+    first, the query tower is left as it started, validation reads the same blocks, and a run
+    stopped after the step-4 checkpoint resumes into the uninterrupted run's step 5."""
+    questions = read_squad(write_squad(tmp_path / "squad.json"))
+    examples, passages = squad_passages(
+        questions, cut_passages(questions, str(tmp_path / "squad" / "blocks"), tokenizer), tokenizer,
+        tiny_config.max_span_wordpieces,
+    )
+    fraction = next(f for f in np.arange(0.05, 1, 0.05) if sum(is_validation_question(e.question, f) for e in examples) == 1)
+    config = CONFIG.model_copy(update={
+        "num_read": 3, "num_candidates": 3, "epochs": 3, "batch_size": 2, "validation_fraction": float(fraction),
+    })
+    init = save_checkpoint(tmp_path / "pretrain", 0, _warmed_up(tiny_config))
+
+    def train(root):
+        trainer = FinetuneTrainer(
+            examples, qa_corpus[0], qa_corpus[1], str(init), str(root), tiny_config, config, CPU, passages=passages
+        )
+        logged = []
+        return trainer, trainer.run(logged.append), logged
+
+    trainer, straight, straight_log = train(tmp_path / "warmup")
+    assert straight["training_questions"] == 3 and straight["without_answer_in_candidates"] == 0
+    assert straight["step"] == 5 and straight["retriever_only_questions"] == 0
+    assert trainer.candidates.block_ids[:, 0].tolist() == [passages.by_question[e.question].block_id for e in trainer.training]
+    held_out = trainer.validation[0]
+    read = trainer.answerer.answer([held_out.question], num_read=3, num_retrieve=3)[0]
+    assert read.evidence[0].block_id == passages.by_question[held_out.question].block_id
+    assert [m["step"] for m in straight_log if "validation_exact_match" in m] == [2, 4, 5]
+    started, last = _weights(init), _weights(tmp_path / "warmup" / "5")
+    queries = [key for key in started if key.startswith("query_embedder.")]
+    assert queries and all(torch.equal(last[key], started[key]) for key in queries)
+    assert not all(torch.equal(last[key], started[key]) for key in started if key.startswith("reader."))
+
+    shutil.rmtree(tmp_path / "warmup" / "5")
+    _, resumed, resumed_log = train(tmp_path / "warmup")
+    assert [m["step"] for m in resumed_log] == [5] and resumed_log[0]["loss"] == straight_log[-1]["loss"]
+    assert all(torch.equal(value, last[key]) for key, value in _weights(tmp_path / "warmup" / "5").items())
+
+    asked = config.model_copy(update={"retriever_corpus_softmax": True})
+    with pytest.raises(ValueError, match="^retriever_corpus_softmax trains the query tower, which questions read over"):
+        FinetuneTrainer(examples, qa_corpus[0], qa_corpus[1], str(init), str(tmp_path / "asked"), tiny_config, asked, CPU,
+                        passages=passages)
