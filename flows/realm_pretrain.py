@@ -38,10 +38,11 @@ from realm.flows.reporting import TrainingReporter
 @task(name="realm-refresh-index", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
 def refresh_index(
     output: str, model_preset: str, snapshot_dir: str, snapshot_step: int, max_block_wordpieces: int, device: str | None,
-    reproject: bool = False,
+    reproject: bool = False, refresh_embedder: str = "in_process",
 ) -> dict:
     """Re-embed every block with the doc-tower snapshot (with `reproject`, project the blocks'
-    pooled states with its projection) and publish `index/<snapshot_step>/` (and its embeddings).
+    pooled states with its projection; with `refresh_embedder` "pipeline", by the Beam pipeline
+    `realm.pipelines.embed`) and publish `index/<snapshot_step>/` (and its embeddings).
     Prunes neither: the trainer does once it swaps the index in, as only it knows which index is
     in use."""
     import time
@@ -59,10 +60,16 @@ def refresh_index(
             str(layout.pooled_states), snapshot_dir, layout.embeddings, layout.index, snapshot_step, None, max_block_wordpieces
         )
     else:
+        from functools import partial
+
+        from realm.pipelines.embed import embed_into
+
         path = rebuild_index(
             layout.blocks, snapshot_dir, layout.embeddings, layout.index, snapshot_step,
             ModelConfig.preset(model_preset, bert_dir=layout.bert_dir()), keep=None, device=select_device(device),
             max_block_wordpieces=max_block_wordpieces,
+            embed_into=partial(embed_into, run_root=str(layout.root), step=snapshot_step,
+                               max_block_wordpieces=max_block_wordpieces) if refresh_embedder == "pipeline" else None,
         )
     seconds = time.perf_counter() - started
     get_run_logger().info("published index %s (snapshot step %d) in %.1f s", path, snapshot_step, seconds)
@@ -109,7 +116,7 @@ def realm_pretrain(
     def refresh(snapshot_dir: str, snapshot_step: int) -> _RefreshTaskRun:
         return _RefreshTaskRun(refresh_index.submit(
             str(layout.root), run.model_preset, snapshot_dir, snapshot_step, params.max_block_wordpieces, run.device,
-            params.doc_tower == "projection",
+            params.doc_tower == "projection", params.refresh_embedder,
         ))
 
     def evaluated(step: int, which: str, evaluation: dict) -> None:

@@ -8,6 +8,8 @@ first (`fit_block_batch`), so the index embeds the blocks the trainer re-embeds.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +70,7 @@ def rebuild_index(
     keep: int | None,
     device: torch.device | None = None,
     max_block_wordpieces: int = MAX_BLOCK_WORDPIECES,
+    embed_into: Callable[[str], None] | None = None,
 ) -> str:
     """Re-embed every block with the doc tower saved in `doc_embedder_dir`, publish the
     embeddings as `<embeddings_root>/<snapshot_step>/`, build the MIPS index
@@ -78,28 +81,31 @@ def rebuild_index(
     Loads its own copy of the tower and touches nothing of the trainer's, so it may run in a
     background thread while `train_step` runs in the main one. `max_block_wordpieces` must be
     the trainer's, so the index embeds the blocks the trainer re-embeds.
+
+    `embed_into(staging)`, when given, writes the EMBEDDINGS parts into the staging directory
+    instead of the in-process embedder (the Beam pipeline, `realm.pipelines.embed.embed_into`).
     """
-    device = device or select_device()
-    doc_embedder = load_pretrained(Embedder, doc_embedder_dir).to(device)
     staging = staging_dir(embeddings_root, snapshot_step)
-    stats = embed_blocks(
-        doc_embedder,
-        model_config.tokenizer(),
-        fitted_block_batches(blocks_path, max_block_wordpieces),
-        str(staging),
-        snapshot_step,
-        device=device,
-        cpu_bf16_autocast=model_config.cpu_bf16_autocast,
-        total_blocks=count_blocks(blocks_path),
-    )
+    started = time.perf_counter()
+    if embed_into is not None:
+        embed_into(str(staging))
+    else:
+        device = device or select_device()
+        embed_blocks(
+            load_pretrained(Embedder, doc_embedder_dir).to(device),
+            model_config.tokenizer(),
+            fitted_block_batches(blocks_path, max_block_wordpieces),
+            str(staging),
+            snapshot_step,
+            device=device,
+            cpu_bf16_autocast=model_config.cpu_bf16_autocast,
+            total_blocks=count_blocks(blocks_path),
+        )
     published = publish_embeddings_and_index(
         staging, embeddings_root, index_root, snapshot_step, keep, doc_embedder_dir,
         doc_tower_fingerprint(doc_embedder_dir, snapshot_step), max_block_wordpieces,
     )
-    log.info(
-        "index of step %d: %d blocks embedded in %.0f s, published %s",
-        snapshot_step, stats.num_blocks, stats.seconds, published,
-    )
+    log.info("index of step %d: blocks embedded in %.0f s, published %s", snapshot_step, time.perf_counter() - started, published)
     return str(published)
 
 

@@ -121,6 +121,12 @@ class PretrainConfig(RetentionConfig):
         100, ge=1, description="steps between asynchronous index refreshes, each swapped in when the next starts "
         "(none with doc_tower frozen)"
     )
+    # The pipeline starts worker processes and loads a tower in each at every refresh: it pays
+    # off on corpora big enough to spread (docs/corpus.md, "The embedding pipeline").
+    refresh_embedder: Literal["in_process", "pipeline"] = Field(
+        "in_process", description="what re-embeds the corpus at each refresh: in_process (the flow's process) or "
+        "pipeline (realm.pipelines.embed: Beam's RunInference over worker processes)"
+    )
     eval_every: int | None = Field(
         None, ge=1, description="steps between held-out masked-span evaluations (None: only after the last step)"
     )

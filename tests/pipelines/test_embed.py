@@ -3,19 +3,22 @@ the in-process embedder's vectors (same ids, cosine >= 0.999), in the EMBEDDINGS
 the index lineage; a block the tower cannot embed is dead-lettered and counted."""
 
 import json
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 
 from realm.model.index.embed_corpus import embed_blocks, load_embeddings
 from realm.model.index.lineage import corpus_fingerprint, doc_tower_fingerprint
-from realm.model.index.rebuild import fit_block_batch
+from realm.model.index.mips import MipsIndex
+from realm.model.index.rebuild import fit_block_batch, rebuild_index
 from realm.model.networks.config import build_component, load_pretrained
 from realm.model.networks.retriever import Embedder
 from realm.model.publish import publish, staging_dir
 from realm.pipelines import embed
-from realm.pipelines.embed import block_problem
+from realm.pipelines.embed import block_problem, embed_into
 from realm.schemas import BLOCKS, DEAD_LETTER, EMBEDDINGS, read_table
 from realm.schemas.run_layout import RunLayout
 from tests.model.corpus_fixture import write_corpus
@@ -30,19 +33,25 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
-@pytest.fixture
-def tiny_run(tmp_path, blocks_table, block_entities_table, tiny_config) -> RunLayout:
-    """A run with the test corpus plus one block holding a wordpiece id past the vocabulary, and
-    a published doc-tower snapshot of step 3 (a random tiny tower)."""
-    layout = RunLayout.at(tmp_path / "run")
+def make_run(root, blocks: pa.Table, entities: pa.Table, config) -> RunLayout:
+    """A run holding `blocks` and a published doc-tower snapshot of step 3 (a random tiny tower,
+    seeded: every run made here has the same one)."""
+    layout = RunLayout.at(root)
     layout.record_model_preset("random-2l")
-    bad = {**blocks_table.slice(0, 1).to_pylist()[0], "block_id": BAD_BLOCK_ID, "body_token_ids": [5, VOCABULARY]}
-    write_corpus(layout.blocks, pa.concat_tables([blocks_table, pa.Table.from_pylist([bad], schema=BLOCKS)]),
-                 block_entities_table)
+    write_corpus(layout.blocks, blocks, entities)
     staging = staging_dir(layout.snapshots, SNAPSHOT_STEP)
-    build_component(Embedder, tiny_config).save_pretrained(staging)
+    torch.manual_seed(1)
+    build_component(Embedder, config).save_pretrained(staging)
     publish(staging, layout.snapshots, SNAPSHOT_STEP)
     return layout
+
+
+@pytest.fixture
+def tiny_run(tmp_path, blocks_table, block_entities_table, tiny_config) -> RunLayout:
+    """The test corpus plus one block holding a wordpiece id past the vocabulary."""
+    bad = {**blocks_table.slice(0, 1).to_pylist()[0], "block_id": BAD_BLOCK_ID, "body_token_ids": [5, VOCABULARY]}
+    blocks = pa.concat_tables([blocks_table, pa.Table.from_pylist([bad], schema=BLOCKS)])
+    return make_run(tmp_path / "run", blocks, block_entities_table, tiny_config)
 
 
 def test_a_wordpiece_id_outside_the_vocabulary_is_the_problem_named():
@@ -89,3 +98,34 @@ def test_a_step_without_a_snapshot_stops_before_beam_starts(tiny_run, tmp_path):
     with pytest.raises(FileNotFoundError, match="--step 9: no file matches it"):
         embed.run([f"--run={tiny_run.root}", "--step=9", f"--output={tmp_path / 'out'}"])
     assert not (tmp_path / "out").exists()
+
+
+def _refresh(layout: RunLayout, config, **embedder) -> MipsIndex:
+    """What pre-training's refresh task runs: `rebuild_index` with the snapshot of step 3."""
+    path = rebuild_index(layout.blocks, str(layout.snapshots / str(SNAPSHOT_STEP)), layout.embeddings, layout.index,
+                         SNAPSHOT_STEP, config, keep=None, max_block_wordpieces=BLOCK_WORDPIECES, **embedder)
+    return MipsIndex.load(path, config.retrieval_dim)
+
+
+def test_a_refresh_by_the_pipeline_builds_the_in_process_refreshs_index(
+    tmp_path, blocks_table, block_entities_table, tiny_config
+):
+    by_pipeline = make_run(tmp_path / "pipeline", blocks_table, block_entities_table, tiny_config)
+    in_process = make_run(tmp_path / "in_process", blocks_table, block_entities_table, tiny_config)
+    pipeline_index = _refresh(by_pipeline, tiny_config, embed_into=partial(
+        embed_into, run_root=str(by_pipeline.root), step=SNAPSHOT_STEP, max_block_wordpieces=BLOCK_WORDPIECES))
+    in_process_index = _refresh(in_process, tiny_config)
+
+    queries = np.random.default_rng(0).standard_normal((16, tiny_config.retrieval_dim)).astype(np.float32)
+    k = 4
+    assert pipeline_index.search(queries, k)[1].tolist() == in_process_index.search(queries, k)[1].tolist()
+    # Published as the in-process refresh publishes: the step's directory alone, nothing of Beam's beside it.
+    assert sorted(p.name for p in (by_pipeline.root / "embeddings").iterdir()) == [str(SNAPSHOT_STEP)]
+    published = [p.name for p in (by_pipeline.root / "embeddings" / str(SNAPSHOT_STEP)).iterdir()]
+    assert {name for name in published if not name.startswith("embed-")} == {"manifest.json"}
+
+
+def test_a_refresh_by_the_pipeline_fails_on_a_block_it_dead_letters(tiny_run, tiny_config):
+    with pytest.raises(ValueError, match="embed_token_id_out_of_vocabulary"):
+        _refresh(tiny_run, tiny_config, embed_into=partial(
+            embed_into, run_root=str(tiny_run.root), step=SNAPSHOT_STEP, max_block_wordpieces=BLOCK_WORDPIECES))
