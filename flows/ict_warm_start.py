@@ -7,6 +7,8 @@ from the last checkpoint; re-running a finished stage with the same inputs is a 
 
 from __future__ import annotations
 
+from functools import partial
+
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
@@ -22,14 +24,18 @@ from realm.flows.reporting import TrainingReporter
 def train_ict_stage(output: str, model_preset: str, params: IctParams, seed: int, device: str | None) -> dict:
     from realm.model.networks.config import ModelConfig
     from realm.model.networks.device import select_device
+    from realm.model.training.distributed import lead, world_from_environment
     from realm.model.training.train_ict import IctTrainer
 
     layout = RunLayout.at(output)
     with layout.training_lock():
-        trainer = IctTrainer(
-            layout.ict_examples, layout.checkpoints("ict"), ModelConfig.preset(model_preset, bert_dir=layout.bert_dir()), params,
-            device=select_device(device), seed=seed,
-        )
+        # Under torchrun the other ranks build the same trainer and train beside this one.
+        world = world_from_environment()
+        trainer = lead(world, partial(
+            IctTrainer, layout.ict_examples, layout.checkpoints("ict"),
+            ModelConfig.preset(model_preset, bert_dir=layout.bert_dir()), params, device=select_device(device), seed=seed,
+        ))
+        get_run_logger().info("ICT from step %d to %d on %d process(es)", trainer.step, params.steps, world.size)
         reporter = TrainingReporter("ict", layout.reports, trainer.step, params.steps)
         result = trainer.run(reporter)
     reporter.publish_curves()

@@ -13,6 +13,8 @@ from realm.cli.options import add_run_options, print_json, read_question_files
 from realm.cli.settings import pipeline_params, record_presets, with_overrides
 
 STAGES = ("ict", "pretrain", "warmup", "finetune")
+# The stages whose trainers shard their batches across ranks (`realm.model.training.distributed`).
+SHARDED_STAGES = ("ict", "pretrain")
 
 
 def add_parser(commands) -> None:
@@ -51,8 +53,10 @@ def handle(args: argparse.Namespace) -> int:
     params, run_preset, stage = stage_settings(args)
     read_question_files(args.qa or [])
     if args.nproc > 1:
-        if args.stage != "pretrain":  # the other stages' trainers do not shard their batches yet
-            raise SystemExit(f"realm train {args.stage}: --nproc trains pre-training only; run {args.stage} without it")
+        if args.stage not in SHARDED_STAGES:
+            raise SystemExit(
+                f"realm train {args.stage}: --nproc trains {' and '.join(SHARDED_STAGES)} only; run {args.stage} without it"
+            )
         return launch.relaunch(args)
     return launch.on_every_rank(lambda: _train(args, params, run_preset, stage), args.device)
 

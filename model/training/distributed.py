@@ -133,6 +133,39 @@ def sum_gradients(world: World, parameters: Iterable[torch.nn.Parameter], weight
             grad.copy_(summed)
 
 
+def gather_rows(world: World, rows: torch.Tensor) -> torch.Tensor:
+    """Every rank's `rows` [n_r, ...] stacked in rank order, on every rank, with the gradient
+    flowing back to the rank that owns each row: what a loss over the whole batch's rows (ICT's
+    in-batch negatives) needs when each rank embeds only its shard. The shards may differ in
+    length by one (`World.shard`)."""
+    if world.size == 1:
+        return rows
+    return _GatherRows.apply(rows, world)
+
+
+class _GatherRows(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, rows: torch.Tensor, world: World) -> torch.Tensor:
+        counts = torch.tensor([len(rows)], dtype=torch.int64, device=rows.device)
+        gathered_counts = [torch.zeros_like(counts) for _ in range(world.size)]
+        dist.all_gather(gathered_counts, counts)
+        counts = [int(c.item()) for c in gathered_counts]
+        padded = rows.new_zeros((max(counts), *rows.shape[1:]))
+        padded[: len(rows)] = rows
+        gathered = [torch.empty_like(padded) for _ in range(world.size)]
+        dist.all_gather(gathered, padded.contiguous())
+        ctx.world, ctx.counts = world, counts
+        return torch.cat([part[:count] for part, count in zip(gathered, counts)])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        # Each rank's loss reached every gathered row: a row's gradient is the sum over ranks.
+        total = grad.contiguous().clone()
+        dist.all_reduce(total)
+        start = sum(ctx.counts[: ctx.world.rank])
+        return total[start : start + ctx.counts[ctx.world.rank]], None
+
+
 def _buckets(parameters: list[torch.nn.Parameter]) -> Iterable[list[torch.nn.Parameter]]:
     bucket, size = [], 0
     for parameter in parameters:

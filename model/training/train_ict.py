@@ -30,6 +30,7 @@ from realm.model.networks.inputs import length_sorted_groups, pad_batch
 from realm.model.networks.marginal import mask_log_scores
 from realm.model.networks.retriever import Embedder, Retriever, fit_projection_pca
 from realm.model.tokenization import WordPieceTokenizer, join
+from realm.model.training.distributed import ONE_PROCESS, World, gather_rows, sum_loss
 from realm.model.training.example_order import batch_rows, heldout_split
 from realm.model.training.optimization import apply_update, build_optimizer, build_scheduler
 from realm.model.training.stage_inputs import stage_inputs
@@ -85,24 +86,29 @@ def ict_sequences(
 
 
 def ict_scores(
-    query_embeddings: torch.Tensor, context_embeddings: torch.Tensor, context_block_ids: np.ndarray
+    query_embeddings: torch.Tensor, context_embeddings: torch.Tensor, context_block_ids: np.ndarray,
+    own: np.ndarray | None = None,
 ) -> torch.Tensor:
-    """In-batch scores [n, n] float32, query i against context j.
+    """In-batch scores [queries, contexts] float32, query i against context j; query i's own
+    context is context `own[i]` (default: context i).
 
-    Off-diagonal contexts cut from the same block as the query's own (two sentences of one
-    block in a batch, or one example twice where a batch wraps an epoch) are masked out:
-    they would be near-copies of the right answer scored as wrong ones.
+    Other contexts cut from the same block as the query's own (two sentences of one block in a
+    batch, or one example twice where a batch wraps an epoch) are masked out: they would be
+    near-copies of the right answer scored as wrong ones.
     """
-    scores = query_embeddings @ context_embeddings.T  # [n, n]
-    same_block = torch.from_numpy(context_block_ids[:, None] == context_block_ids[None, :]).to(scores.device)
-    own = torch.eye(len(context_block_ids), dtype=torch.bool, device=scores.device)
-    return mask_log_scores(scores, own | ~same_block)
+    own = np.arange(len(query_embeddings)) if own is None else own
+    scores = query_embeddings @ context_embeddings.T  # [queries, contexts]
+    same_block = context_block_ids[own][:, None] == context_block_ids[None, :]
+    is_own = np.arange(len(context_block_ids))[None, :] == own[:, None]
+    return mask_log_scores(scores, torch.from_numpy(is_own | ~same_block).to(scores.device))
 
 
-def ict_loss(scores: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """(cross-entropy of each query to its own context, mean over the batch; top-1 accuracy)."""
-    own = torch.arange(len(scores), device=scores.device)
-    return F.cross_entropy(scores, own), (scores.argmax(dim=1) == own).float().mean().item()
+def ict_loss(scores: torch.Tensor, own: np.ndarray | None = None) -> tuple[torch.Tensor, float]:
+    """(cross-entropy of each query to its own context (`ict_scores`' `own`), mean over the
+    queries; top-1 accuracy)."""
+    target = torch.arange(len(scores)) if own is None else torch.from_numpy(own)
+    target = target.to(scores.device)
+    return F.cross_entropy(scores, target), (scores.argmax(dim=1) == target).float().mean().item()
 
 
 def _embed(embed, sequences: list[tuple[list[int], list[int]]], pad_id: int, device: torch.device) -> torch.Tensor:
@@ -152,8 +158,9 @@ class IctTrainer(Trainer):
         config: IctConfig,
         device: torch.device | None = None,
         seed: int = 0,
+        world: World = ONE_PROCESS,
     ):
-        super().__init__(checkpoint_root, config, device, seed)
+        super().__init__(checkpoint_root, config, device, seed, world)
         self.model_config = model_config
         self.tokenizer = model_config.tokenizer()
         self.examples = read_table(ict_examples_path, ICT_EXAMPLES, columns=ICT_COLUMNS).to_pylist()
@@ -174,17 +181,33 @@ class IctTrainer(Trainer):
         )
 
     def train_step(self) -> dict:
-        batch = [self.examples[row] for row in batch_rows(self.train_rows, self.config.batch_size, self.seed, self.step)]
+        rows = batch_rows(self.train_rows, self.config.batch_size, self.seed, self.step)
+        shard = self.world.shard(rows)  # this rank's share; all of it in one process
+        batch = [self.examples[row] for row in shard]
         queries, contexts = ict_sequences(self.tokenizer, batch, self.config)
         pad_id = self.tokenizer.pad_id
         with autocast(self.device, self.model_config.cpu_bf16_autocast):
-            q = self.retriever.embed_queries(pad_batch(queries, pad_id).to(self.device))  # [batch, d]
-            d = self.retriever.embed_passages(pad_batch(contexts, pad_id).to(self.device))  # [batch, d]
-        loss, batch_accuracy = ict_loss(ict_scores(q, d, np.array([e["context_block_id"] for e in batch])))
-        self.final_loss = apply_update(loss, self.optimizer, self.scheduler, "ICT", self.step + 1)
+            q = self.retriever.embed_queries(pad_batch(queries, pad_id).to(self.device))  # [shard, d]
+            d = self.retriever.embed_passages(pad_batch(contexts, pad_id).to(self.device))  # [shard, d]
+        # Each query is scored against every rank's contexts, so N ranks see the one-process
+        # negatives; the contexts are stacked rank by rank, rows r, r + N, ... of the batch each.
+        shards = [World(rank, self.world.size).shard(rows) for rank in range(self.world.size)]
+        gathered = np.concatenate(shards)
+        own = sum(map(len, shards[: self.world.rank])) + np.arange(len(shard))
+        block_ids = np.array([self.examples[row]["context_block_id"] for row in gathered])
+        loss, batch_accuracy = ict_loss(ict_scores(q, gather_rows(self.world, d), block_ids, own), own)
+        share = len(shard) / len(rows)
+        # Each rank's loss reaches the other ranks' contexts through `gather_rows`, whose
+        # backward sums over ranks: weighting the loss by its share × N and the summed
+        # gradients by 1 / N gives the gradient of the whole batch's mean (`apply_update`).
+        self.final_loss = apply_update(
+            loss * (share * self.world.size), self.optimizer, self.scheduler, "ICT", self.step + 1, self.world,
+            1 / self.world.size,
+        )
         self.step += 1
         return self.meter.update(
-            self.step, loss=self.final_loss, batch_accuracy=batch_accuracy, learning_rate=self.scheduler.get_last_lr()[0]
+            self.step, loss=self.final_loss, batch_accuracy=sum_loss(self.world, batch_accuracy, share),
+            learning_rate=self.scheduler.get_last_lr()[0],
         )
 
     def _checkpoint_components(self) -> dict[str, Embedder]:

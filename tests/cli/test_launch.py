@@ -1,4 +1,4 @@
-"""`--nproc N`: pre-training on 2 CPU processes under torchrun (gloo), the tiny preset on 60 articles.
+"""`--nproc N`: ICT and pre-training on 2 CPU processes under torchrun (gloo), the tiny preset on 60 articles.
 
 Tolerances. Rank r reads rows r, r + 2, ... of the one-process batch and the gradients are
 averaged weighted by each rank's share, so 2 processes take the one-process update up to float
@@ -32,9 +32,16 @@ NO_DROPOUT_RTOL = 1e-5
 DROPOUT_RTOL = 0.02
 STEPS = 4
 WRAPPER = Path(__file__).with_name("no_dropout_realm.py")
-PRETRAIN = ["train", "pretrain", "--preset", "tiny", "--steps", str(STEPS), *[
-    arg for setting in ["batch_size=4", "heldout_examples=8", "refresh_every=2", "checkpoint_every=2", "log_every=1"]
-    for arg in ("--param", setting)]]
+
+
+def _stage(stage: str, *settings: str) -> list[str]:
+    return ["train", stage, "--preset", "tiny", "--steps", str(STEPS), *[
+        arg for setting in [*settings, "checkpoint_every=2", "log_every=1"] for arg in ("--param", setting)]]
+
+
+PRETRAIN = _stage("pretrain", "batch_size=4", "heldout_examples=8", "refresh_every=2")
+# 5 examples a batch: the ranks' shards differ in length (3 and 2).
+ICT = _stage("ict", "batch_size=5", "heldout_examples=8")
 
 
 def test_launch_options_are_taken_out_of_the_relaunched_command():
@@ -78,28 +85,30 @@ def _env(tmp: Path) -> dict:
     return env
 
 
-def _command(nproc: int, dropout: bool) -> list[str]:
-    """The python command line of `realm` on `nproc` processes (torchrun's own when without dropout)."""
+def _command(nproc: int, dropout: bool, stage: list[str]) -> list[str]:
+    """The python command line of `realm` `stage` on `nproc` processes (torchrun's own when without dropout)."""
     if dropout:
-        return [sys.executable, "-m", "realm.cli.main", *PRETRAIN, "--nproc", str(nproc)]
+        return [sys.executable, "-m", "realm.cli.main", *stage, "--nproc", str(nproc)]
     if nproc == 1:
-        return [sys.executable, str(WRAPPER), *PRETRAIN]
+        return [sys.executable, str(WRAPPER), *stage]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), str(WRAPPER),
-            *PRETRAIN]
+            *stage]
 
 
-def _train(prepared: Path, run: Path, nproc: int, dropout: bool = False, fresh: bool = True) -> str:
+def _train(
+    prepared: Path, run: Path, nproc: int, dropout: bool = False, fresh: bool = True, stage: list[str] = PRETRAIN
+) -> str:
     if fresh:
         shutil.copytree(prepared, run)
-    done = subprocess.run([*_command(nproc, dropout), "--output", str(run)], env=_env(run.parent),
+    done = subprocess.run([*_command(nproc, dropout, stage), "--output", str(run)], env=_env(run.parent),
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stderr
 
 
-def losses(run: Path) -> dict[int, float]:
+def losses(run: Path, stage: str = "pretrain") -> dict[int, float]:
     """{step: loss}, the last logged for each step (a resumed run logs the steps it redid again)."""
-    rows = map(json.loads, (run / "reports" / "pretrain_metrics.jsonl").read_text().splitlines())
+    rows = map(json.loads, (run / "reports" / f"{stage}_metrics.jsonl").read_text().splitlines())
     return {row["step"]: row["loss"] for row in rows if "loss" in row}
 
 
@@ -122,6 +131,13 @@ def test_two_processes_log_the_losses_of_one_at_the_same_global_batch(runs):
     # Rank 0 alone published: every checkpoint once, the refreshed index beside it.
     assert sorted(p.name for p in (runs[2] / "checkpoints" / "pretrain").iterdir()) == ["2", "4"]
     assert (runs[2] / "index" / "4" / "manifest.json").is_file()
+
+
+def test_ict_on_two_processes_logs_the_losses_of_one_with_the_whole_batch_as_negatives(prepared, tmp_path):
+    logs = {nproc: _train(prepared, tmp_path / f"n{nproc}", nproc, stage=ICT) for nproc in (1, 2)}
+    assert "on 2 process(es)" in logs[2]
+    assert_close(losses(tmp_path / "n2", "ict"), losses(tmp_path / "n1", "ict"), NO_DROPOUT_RTOL)
+    assert sorted(p.name for p in (tmp_path / "n2" / "checkpoints" / "ict").iterdir()) == ["2", "4"]
 
 
 @pytest.mark.slow
@@ -182,5 +198,5 @@ def test_a_killed_rank_fails_the_job_in_one_line_and_the_same_command_resumes(pr
 def test_a_stage_that_does_not_shard_its_batches_is_refused_on_several_processes(tmp_path, capsys):
     from realm.cli.main import main
 
-    assert main(["train", "ict", "--preset", "tiny", "--output", str(tmp_path / "r"), "--nproc", "2"]) == 2
-    assert "--nproc trains pre-training only" in capsys.readouterr().err
+    assert main(["train", "finetune", "--preset", "tiny", "--output", str(tmp_path / "r"), "--nproc", "2"]) == 2
+    assert "--nproc trains ict and pretrain only" in capsys.readouterr().err

@@ -77,6 +77,18 @@ def test_in_batch_scores_mask_other_contexts_of_the_same_block_and_loss_targets_
     assert accuracy == pytest.approx(2 / 3)  # query 1 prefers context 2
 
 
+def test_a_shard_of_queries_scored_against_the_whole_batch_gives_the_whole_batchs_rows():
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    d = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]])
+    blocks = np.array([5, 6, 5])
+    own = np.array([0, 2])  # one rank's queries 0 and 2 of the batch
+    torch.testing.assert_close(ict_scores(q[own], d, blocks, own), ict_scores(q, d, blocks)[own])
+    loss, accuracy = ict_loss(ict_scores(q[own], d, blocks, own), own)
+    full = torch.nn.functional.cross_entropy(ict_scores(q, d, blocks), torch.arange(3), reduction="none")
+    torch.testing.assert_close(loss, full[own].mean())
+    assert accuracy == 1.0
+
+
 def test_trains_both_towers_checkpoints_and_reports(ict_examples_path, tmp_path, tiny_config):
     result, logged = _train(ict_examples_path, tmp_path, tiny_config)
     assert result["step"] == 4 and result["heldout_examples"] == 3
