@@ -10,23 +10,28 @@ Vectors are synthetic, 128-d, from the reference distribution of design §5b: 10
 centres with lognormal(0, 1) weights, x = normalise(c + N(0, I/128)); queries are a data
 point + N(0, 0.25·I/128). `--embeddings` measures a corpus's real doc vectors instead, with
 held-out doc vectors as queries. Either way the vectors are written as an embeddings artifact
-of `--shards` files under a scratch directory, and every index (exact too) is built from it by
+under a scratch directory, in files of at most a million rows, the same number per shard (as a
+corpus embedded by many workers arrives), and every index (exact too) is built from it by
 `build_sharded_index`, one worker process per shard, `--workers` at a time, then loaded as a
-reader would load it; nothing but one file's vectors and the queries is held here.
+reader would load it. This process holds one file's vectors at a time while writing, then the
+loaded indexes (an exact one's faiss copy of every vector, an IVF one's 8-bit codes).
 
 recall@8 is the fraction of the exact top-8 that a setting returns (|top-8 ∩ exact top-8| / 8);
 top-1 in 8 is the fraction of queries whose exact best block is among the 8 returned (faiss's
 1-recall@8, looser); speedup is exact search time / the setting's, same 1,000-query batch,
-same threads. Each build reports its wall time, the quantizer's training time, and per shard
-its worker's build time and peak resident memory and the index's size in memory once loaded
-(the float32 vectors beside it are memory-mapped). Ends with one JSON line: the builds, the
-whole curve, and the row of the setting `IndexConfig.for_corpus` picks at this size.
+same threads (`--threads`: one gives q/s per core, and is what a busy 2-core host sustains;
+two OpenMP threads sharing a core with another process lose far more than half). Each build
+reports its wall time, the quantizer's training time, and per shard its worker's build time
+and peak resident memory and the index's size in memory once loaded (the float32 vectors
+beside it are memory-mapped). Ends with one JSON line: the builds, the whole curve, and the
+row of the setting `IndexConfig.for_corpus` picks at this size.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import resource
 import shutil
 import tempfile
@@ -44,6 +49,9 @@ from realm.model.publish import publish, staging_dir
 DIM = 128
 NUM_CENTRES = 10_000
 CHUNK_ROWS = 1_000_000  # generated at a time: the 13M run must not hold float64 copies
+# Rows per artifact file at most: a shard's builder holds one decoded file beside its shard, and
+# one 3.25M-row file per shard of 13M took ~9.8 GB a builder.
+FILE_ROWS = 1_000_000
 K = 8
 GIB = 2**30
 
@@ -60,6 +68,11 @@ def reference_chunks(count: int, seed: int = 0) -> Iterator[np.ndarray]:
         chunk = centres[rng.choice(NUM_CENTRES, rows, p=weights / weights.sum())]
         chunk += rng.standard_normal((rows, DIM), dtype=np.float32) / np.sqrt(DIM)
         yield chunk / np.linalg.norm(chunk, axis=1, keepdims=True)
+
+
+def artifact_files(count: int, shards: int) -> int:
+    """Files for `count` rows in `shards` shards: at most FILE_ROWS rows each, as many per shard."""
+    return shards * math.ceil(count / (shards * FILE_ROWS))
 
 
 def write_reference_artifact(root: Path, count: int, files: int, queries: int) -> tuple[Path, np.ndarray]:
@@ -82,15 +95,15 @@ def write_reference_artifact(root: Path, count: int, files: int, queries: int) -
     return publish(staging, root, 0), query_vectors.astype(np.float32)
 
 
-def write_held_out_artifact(root: Path, embeddings_dir: str, files: int, queries: int) -> tuple[Path, np.ndarray]:
+def write_held_out_artifact(root: Path, embeddings_dir: str, shards: int, queries: int) -> tuple[Path, np.ndarray]:
     """A real `embeddings/<step>/` artifact with `queries` of its doc vectors, drawn at random,
-    held out as queries (no query finds itself), republished as `<root>/0/` in `files` files."""
+    held out as queries (no query finds itself), republished as `<root>/0/` for `shards` shards."""
     block_ids, vectors = load_embeddings(embeddings_dir)
     held_out = np.zeros(len(vectors), dtype=bool)
     held_out[np.random.default_rng(0).choice(len(vectors), queries, replace=False)] = True
     block_ids, kept = block_ids[~held_out], vectors[~held_out]
     staging = staging_dir(root, 0)
-    for part, (start, stop) in enumerate(shard_bounds(len(kept), files)):
+    for part, (start, stop) in enumerate(shard_bounds(len(kept), artifact_files(len(kept), shards))):
         write_embeddings(str(staging), block_ids[start:stop], kept[start:stop], 0, part)
     return publish(staging, root, 0), np.ascontiguousarray(vectors[held_out])
 
@@ -120,7 +133,7 @@ def build(embeddings_dir: Path, index_root: Path, config: IndexConfig, workers: 
     start = time.perf_counter()
     built = build_sharded_index(embeddings_dir, index_root, 0, config, workers=workers)
     seconds = time.perf_counter() - start
-    index = MipsIndex.load(built.path)
+    index = MipsIndex.load(built.path)  # loading gives faiss every core: main() sets the search threads after
     report = {
         "build_s": round(seconds, 1),
         "train_s": round(built.train_seconds, 1),
@@ -146,28 +159,31 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--kinds", default="ivf,hnsw", help="approximate index kinds to compare with exact")
     parser.add_argument("--embeddings", help="an embeddings/<step>/ artifact to measure instead of synthetic vectors")
-    parser.add_argument("--shards", type=int, default=1, help="shards of every index (and files of the artifact)")
+    parser.add_argument("--shards", type=int, default=1, help="shards of every index")
     parser.add_argument("--workers", type=int, help="shards built at once (default: one per core)")
     parser.add_argument("--nprobe", default="1,2,4,8,16,32,64,128,256", help="IVF lists probed, the grid")
     parser.add_argument("--ef-search", default="32,64,128,256", help="HNSW efSearch, the grid (below the shortlist, 4 x 8, it is the shortlist)")
+    parser.add_argument("--threads", type=int, help="faiss threads searching (default: every core; builds use every core)")
     parser.add_argument("--scratch", help="where the artifact and indexes are written (default: a temporary directory)")
     args = parser.parse_args()
 
-    threads = set_faiss_threads()
     scratch = Path(tempfile.mkdtemp(prefix="bench-mips-", dir=args.scratch))
     try:
         if args.embeddings:
             embeddings_dir, queries = write_held_out_artifact(scratch / "embeddings", args.embeddings, args.shards, args.queries)
             source = f"{args.embeddings}: doc vectors; {args.queries} held-out doc vectors as queries"
         else:
-            embeddings_dir, queries = write_reference_artifact(scratch / "embeddings", args.blocks, args.shards, args.queries)
+            embeddings_dir, queries = write_reference_artifact(
+                scratch / "embeddings", args.blocks, artifact_files(args.blocks, args.shards), args.queries
+            )
             source = (
                 f"reference distribution: {DIM}-d, {NUM_CENTRES} unit centres with lognormal(0,1) weights, "
                 f"x = normalise(c + N(0, I/{DIM})); {args.queries} queries = data point + N(0, 0.25 I/{DIM})"
             )
         exact, exact_build = build(embeddings_dir, scratch / "exact", IndexConfig(shards=args.shards), args.workers)
         count = exact.count
-        print(f"{source}; {count} blocks in {args.shards} shard(s); faiss threads {threads}", flush=True)
+        threads = set_faiss_threads(args.threads)
+        print(f"{source}; {count} blocks in {args.shards} shard(s); faiss threads searching {threads}", flush=True)
         exact_ids, exact_seconds = timed_search(exact, queries)
         exact_qps = args.queries / exact_seconds
         print(f"exact{'':35s} {exact_qps:9.0f} q/s", flush=True)
@@ -180,6 +196,7 @@ def main() -> None:
         for kind in [kind for kind in args.kinds.split(",") if kind]:
             config = IndexConfig(kind=kind, shards=args.shards)
             index, builds[kind] = build(embeddings_dir, scratch / kind, config, args.workers)
+            set_faiss_threads(args.threads)
             if kind == "ivf":
                 nlist = index.config.nlist
                 grid = [(int(n), config.ef_search, f"IVF{nlist}_HNSW{config.hnsw_neighbors},SQ8 nprobe {n}")
@@ -217,7 +234,7 @@ def main() -> None:
         None,
     )
     print(json.dumps({
-        "blocks": count, "shards": args.shards, "exact_qps": round(exact_qps, 1), "default": default_row,
+        "blocks": count, "shards": args.shards, "search_threads": threads, "exact_qps": round(exact_qps, 1), "default": default_row,
         "builds": builds, "curve": curve, "peak_rss_gib": round(peak_rss_gib(), 2),
     }))
 

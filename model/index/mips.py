@@ -39,10 +39,11 @@ INDEX_FILE = "index.faiss"
 VECTORS_FILE = "vectors.npy"
 BLOCK_IDS_FILE = "block_ids.npy"
 SHARD_DIR = "shard-{:05d}"
-# Exact search is fast enough below a million blocks (`bench/mips.py`).
+# Below a million blocks exact search costs little beside reading the blocks it finds
+# (docs/scaling.md, "The index per corpus size").
 EXACT_SEARCH_MAX_BLOCKS = 1_000_000
-# Blocks a shard holds at most: 2 GB of 128-d float32, which one builder indexes in minutes
-# on 2 cores with a few GiB resident (docs/corpus.md, "index"); Wikipedia's 13M make 4 shards.
+# Blocks a shard holds at most: it bounds a shard builder's memory, which grows with its blocks
+# (docs/scaling.md, "The index per corpus size"); Wikipedia's 13M make 4 shards.
 MAX_SHARD_BLOCKS = 4_000_000
 MAX_IVF_LISTS = 16384
 # Lists per corpus size: a corpus gets at most one list per 39 vectors (faiss's own floor
@@ -83,7 +84,8 @@ class IndexConfig:
     @classmethod
     def for_corpus(cls, count: int) -> IndexConfig:
         """Exact below EXACT_SEARCH_MAX_BLOCKS, IVF with an HNSW coarse quantizer at nprobe 8
-        above; one shard per MAX_SHARD_BLOCKS (docs/corpus.md, "index")."""
+        above, the knee of the recall curves; one shard per MAX_SHARD_BLOCKS (docs/scaling.md,
+        "The index per corpus size")."""
         kind = "flat" if count < EXACT_SEARCH_MAX_BLOCKS else "ivf"
         return cls(kind=kind, shards=max(1, math.ceil(count / MAX_SHARD_BLOCKS)))
 
