@@ -180,6 +180,6 @@ def _gpu() -> PipelineParams:
         pretrain=PretrainParams(steps=3000, batch_size=32, warmup_steps=300, checkpoint_every=250, refresh_every=250,
                                 doc_tower="whole", heldout_examples=1024, retriever_frozen_steps=1500,
                                 micro_batch=256, **lengths),
-        warmup=ReaderWarmupParams(questions=20000, batch_size=32),
+        warmup=ReaderWarmupParams(questions=10_570, batch_size=32),  # every SQuAD question
         finetune=FinetuneParams(epochs=10, batch_size=32, checkpoint_every=200),
     )

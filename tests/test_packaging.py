@@ -33,6 +33,11 @@ def test_wheel_installs_and_each_package_imports_from_it(tmp_path):
         "\nassert [p.rsplit('/', 1)[1] for p in evaluation_qa_paths()] == ['demo_qa.jsonl', 'ct.heldout.jsonl', 'wq.heldout.jsonl']"
         "\nassert all(p.startswith(sys.argv[1]) for p in training_qa_paths() + evaluation_qa_paths())"
     )
+    # So does the reader warm-up's SQuAD file, with the README that gives its source and licence.
+    probe += (
+        "\nfrom realm.flows.reader_warmup import SQUAD_FILE"
+        "\nassert str(SQUAD_FILE).startswith(sys.argv[1]) and SQUAD_FILE.is_file() and (SQUAD_FILE.parent / 'README.md').is_file()"
+    )
     env = {**os.environ, "PYTHONPATH": str(site)}
     subprocess.run([sys.executable, "-c", probe, str(site)], check=True, env=env, cwd=tmp_path)
 

@@ -192,15 +192,27 @@ class FinetuneConfig(RetentionConfig):
 
 
 class ReaderWarmupConfig(FinetuneConfig):
-    """The reader's span-selection warm-up: fine-tuning (same trainer, same loss) on cloze
-    questions made from the corpus's own salient-span sentences (`realm.model.training.cloze_questions`),
-    before fine-tuning on Open-QA questions starts from the reader and query tower it leaves."""
+    """The reader's warm-up before Open-QA fine-tuning, trained by fine-tuning's trainer with its
+    loss on the questions of `source`; fine-tuning then starts from the reader and query tower it leaves.
+    - `squad` (`realm.model.training.squad_passages`): SQuAD v1.1's human questions (its
+      development set, shipped), each read over its own paragraph, cut into a block as the corpus
+      is, and the top num_read − 1 blocks the run's index retrieves for it (the negatives); the
+      gold spans are the answers marked in the paragraph. The paragraph is in no index, so the
+      query tower has nothing to score it against: the blocks are scored alike, the reader alone
+      learns and the query tower stays as it was. Validation reads held-out SQuAD questions over
+      the same blocks (reading-comprehension exact match), never as Open QA.
+    - `cloze` (`realm.model.training.cloze_questions`): questions made from the corpus's own
+      salient-span sentences, trained as fine-tuning trains, the query tower too.
+    """
 
-    # About half the cloze questions have their answer among their candidates, and only those train.
-    questions: int = Field(6000, ge=0, description="cloze questions drawn from the pre-training sentences (0: no warm-up)")
-    # One pass fits the main job's hour beside fine-tuning.
-    epochs: float = Field(1.0, ge=0, description="passes over the cloze questions with an answer among their candidates")
+    source: Literal["squad", "cloze"] = Field(
+        "squad", description="squad: SQuAD v1.1 questions over their paragraphs; cloze: the corpus's own sentences"
+    )
+    questions: int = Field(
+        2400, ge=0, description="questions drawn from the source (SQuAD holds 10,570; 0: no warm-up)"
+    )
+    epochs: float = Field(1.0, ge=0, description="passes over the questions with an answer among their candidates")
     checkpoint_every: int = Field(100, ge=1, description="steps between checkpoints, each validated")
     validation_fraction: float = Field(
-        0.02, ge=0, lt=1, description="cloze questions held out by hash and answered at each checkpoint"
+        0.04, ge=0, lt=1, description="questions held out by hash and answered at each checkpoint"
     )
