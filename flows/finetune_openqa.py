@@ -12,6 +12,8 @@ questions held out for validation calibrate the kept checkpoint's answer probabi
 
 from __future__ import annotations
 
+from functools import partial
+
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
@@ -33,19 +35,25 @@ def train_finetune_stage(
     from realm.model.networks.config import ModelConfig
     from realm.model.networks.device import select_device
     from realm.model.qa.qa_data import read_qa_file
+    from realm.model.training.distributed import lead, world_from_environment
     from realm.model.training.stage_settings import FinetuneConfig
     from realm.model.training.train_finetune import FinetuneTrainer
 
     layout = RunLayout.at(output)
     files = params.qa_train or training_qa_paths()
     examples = [example for path in files for example in read_qa_file(path)]
-    get_run_logger().info("fine-tuning on %d questions from %s (index %s)", len(examples), ", ".join(files), index_path)
+    world = world_from_environment()
+    get_run_logger().info(
+        "fine-tuning on %d questions from %s (index %s) on %d process(es)", len(examples), ", ".join(files), index_path,
+        world.size,
+    )
     with layout.training_lock():
-        trainer = FinetuneTrainer(
-            examples, layout.blocks, index_path, init_checkpoint, layout.checkpoints("finetune"),
+        # Under torchrun the other ranks build the same trainer and train beside this one.
+        trainer = lead(world, partial(
+            FinetuneTrainer, examples, layout.blocks, index_path, init_checkpoint, layout.checkpoints("finetune"),
             ModelConfig.preset(model_preset, bert_dir=layout.bert_dir()), FinetuneConfig(**params.model_dump(include=set(FinetuneConfig.model_fields))),
             device=select_device(device), reader_init=reader_init, seed=seed,
-        )
+        ))
         reporter = TrainingReporter("finetune", layout.reports, trainer.step)
         result = trainer.run(reporter)
     reporter.publish_curves()

@@ -90,12 +90,12 @@ class RunLayout:
         return self.root / "snapshots"
 
     @property
-    def embeddings(self) -> str:
-        return self.artifact("embeddings")
-    @property
     def pooled_states(self) -> Path:
         return self.root / "pooled_states"
 
+    @property
+    def embeddings(self) -> str:
+        return self.artifact("embeddings")
 
     @property
     def index(self) -> str:

@@ -5,7 +5,7 @@ fine-tune -> evaluate (the Prefect flow `realm-pipeline`), then one question ans
     realm run --preset gpu --output runs/g --param finetune.epochs=2 --dry-run   # the settings, nothing run
     realm run --output runs/w --corpus wikiextractor --input 'extracted/*/wiki_*' --bert models/bert-base-uncased \
         --qa my.train.jsonl                             # a user's corpus, BERT and questions
-    realm run --preset gpu --output runs/g --nproc 8     # ICT and pre-training on 8 processes (realm.cli.launch)
+    realm run --preset gpu --output runs/g --nproc 8     # training on 8 processes (realm.cli.launch)
 """
 
 from __future__ import annotations

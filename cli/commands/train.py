@@ -14,7 +14,7 @@ from realm.cli.settings import pipeline_params, record_presets, with_overrides
 
 STAGES = ("ict", "pretrain", "warmup", "finetune")
 # The stages whose trainers shard their batches across ranks (`realm.model.training.distributed`).
-SHARDED_STAGES = ("ict", "pretrain")
+SHARDED_STAGES = ("ict", "pretrain", "finetune")
 
 
 def add_parser(commands) -> None:
@@ -55,7 +55,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.nproc > 1:
         if args.stage not in SHARDED_STAGES:
             raise SystemExit(
-                f"realm train {args.stage}: --nproc trains {' and '.join(SHARDED_STAGES)} only; run {args.stage} without it"
+                f"realm train {args.stage}: --nproc trains {', '.join(SHARDED_STAGES)} only; run {args.stage} without it"
             )
         return launch.relaunch(args)
     return launch.on_every_rank(lambda: _train(args, params, run_preset, stage), args.device)

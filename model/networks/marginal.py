@@ -9,6 +9,8 @@ float32, whatever precision the forward passes ran in.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 # log of "impossible" for masked entries. Finite, unlike -inf, so a row whose entries are all
@@ -53,12 +55,15 @@ def early_update_loss(
     retrieval_logits: torch.Tensor,
     gold_mask: torch.Tensor,
     candidate_mask: torch.Tensor | None = None,
+    count_all: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """ORQA's retriever loss: mean over examples of −log Σ_{z holding the answer} p(z|x).
 
     retrieval_logits: [batch, k]; gold_mask: [batch, k] True where the candidate's body
     contains the answer. Examples where no candidate holds it carry no signal and are left
     out of the mean; with none at all the loss is 0 (still connected to the graph).
+    `count_all`: where this batch is one process's share, its count of examples → the whole
+    batch's (`realm.model.training.distributed.sum_counts`), so the shares' losses sum to the mean.
     """
     if candidate_mask is not None:
         retrieval_logits = mask_log_scores(retrieval_logits, candidate_mask)
@@ -67,4 +72,5 @@ def early_update_loss(
     log_p_gold = masked_logsumexp(log_p_z_given_x, gold_mask, dim=-1)  # [batch]
     answerable = gold_mask.any(dim=-1)  # [batch]
     per_example = torch.where(answerable, -log_p_gold, torch.zeros_like(log_p_gold))
-    return per_example.sum() / answerable.sum().clamp(min=1)
+    count = answerable.sum() if count_all is None else count_all(answerable.sum())
+    return per_example.sum() / count.clamp(min=1)

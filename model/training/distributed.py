@@ -133,6 +133,16 @@ def sum_gradients(world: World, parameters: Iterable[torch.nn.Parameter], weight
             grad.copy_(summed)
 
 
+def sum_counts(world: World, count: torch.Tensor) -> torch.Tensor:
+    """Σ over ranks of `count` (a tensor on this rank's device), e.g. the questions a loss is a
+    mean over, so each rank can divide its share's sum by the whole batch's count."""
+    if world.size == 1:
+        return count
+    total = count.detach().clone()
+    dist.all_reduce(total)
+    return total
+
+
 def gather_rows(world: World, rows: torch.Tensor) -> torch.Tensor:
     """Every rank's `rows` [n_r, ...] stacked in rank order, on every rank, with the gradient
     flowing back to the rank that owns each row: what a loss over the whole batch's rows (ICT's

@@ -53,16 +53,20 @@ class CorpusPositives:
 
 
 def corpus_early_update_loss(
-    retriever: DenseRetriever, tokenizer: WordPieceTokenizer, corpus: CorpusPositives, config: FinetuneConfig
+    retriever: DenseRetriever, tokenizer: WordPieceTokenizer, corpus: CorpusPositives, config: FinetuneConfig,
+    count_all: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """The early update with p(z|x) a softmax over every block of the index, less the blocks
-    each question excludes; float32 scalar with graph into the query tower."""
+    each question excludes; float32 scalar with graph into the query tower (`count_all`:
+    `early_update_loss`'s)."""
     question_ids = question_wordpieces(tokenizer, [e.question for e in corpus.examples], config.max_question_wordpieces)
     logits = retriever.corpus_scores(question_ids)  # [n, blocks]
     index_ids = retriever.index.block_ids
     gold = np.stack([np.isin(index_ids, holders) for holders in corpus.holders])  # [n, blocks]
     allowed = np.stack([~np.isin(index_ids, list(e.excluded_block_ids)) for e in corpus.examples])  # [n, blocks]
-    return early_update_loss(logits, torch.from_numpy(gold).to(logits.device), torch.from_numpy(allowed).to(logits.device))
+    return early_update_loss(
+        logits, torch.from_numpy(gold).to(logits.device), torch.from_numpy(allowed).to(logits.device), count_all
+    )
 
 
 def read_slots(logits: torch.Tensor, holds_answer: torch.Tensor, num_read: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,13 +98,17 @@ def finetune_loss(
     config: FinetuneConfig,
     device: torch.device,
     corpus: CorpusPositives | None = None,
+    count_all: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, StepStats]:
     """Early-update retriever loss + joint reader loss of the questions `examples`, whose
     candidates are `candidates` (module docstring), each a mean over the questions it is
     defined for; float32 scalar with graph.
     `entity_types`: a block's body wordpieces' entity types (`realm.model.qa.entity_types`).
     `corpus`: where given (dense only), the early update is taken over the whole corpus for
-    its questions (`examples` first) instead of over the candidates."""
+    its questions (`examples` first) instead of over the candidates.
+    `count_all`: where `examples` are one process's share of a batch, a count of its questions →
+    the whole batch's; each mean then divides by the whole batch's count, so the processes'
+    losses (and gradients) sum to the one-process batch's."""
     size, read = len(examples), config.num_read
     question_ids = question_wordpieces(tokenizer, [e.question for e in examples], config.max_question_wordpieces)
     block_ids, found = candidates.block_ids, candidates.found  # [batch, candidates] x2
@@ -130,13 +138,14 @@ def finetune_loss(
         span_logits.view(size, read, -1), logits.gather(1, slots), found_mask.gather(1, slots)
     )  # [batch, read * spans]
     per_question, answerable = joint_reader_loss(joint_logits, gold_mask.view(size, -1))
-    reader_loss = per_question.sum() / answerable.sum().clamp(min=1)
+    answerable_count = answerable.sum() if count_all is None else count_all(answerable.sum())
+    reader_loss = per_question.sum() / answerable_count.clamp(min=1)
     # After the reader's forward: a step's reader then reads with the random state a run without
     # `corpus` would have at that point (under dropout the streams part after the first step).
     if corpus is not None:
-        retriever_loss = corpus_early_update_loss(retriever, tokenizer, corpus, config)
+        retriever_loss = corpus_early_update_loss(retriever, tokenizer, corpus, config, count_all)
     elif retriever.trainable_modules():
-        retriever_loss = early_update_loss(logits, holds_answer, found_mask)
+        retriever_loss = early_update_loss(logits, holds_answer, found_mask, count_all)
     else:  # BM25: nothing to train
         retriever_loss = logits.new_zeros(())
 

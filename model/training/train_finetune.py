@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from functools import partial
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from realm.model.qa.answer_metrics import exact_match
 from realm.model.qa.answering import Answerer
 from realm.model.qa.qa_data import QAExample, hash_chosen
 from realm.model.qa.question_retrieval import is_bm25_index, load_question_retriever
+from realm.model.training.distributed import ONE_PROCESS, World, broadcast, sum_counts, sum_loss
 from realm.model.training.example_order import batch_rows
 from realm.model.training.finetune_loss import CorpusPositives, finetune_loss
 from realm.model.training.finetune_start import WARM_START, initial_components
@@ -105,6 +107,7 @@ class FinetuneTrainer(Trainer):
         reader_init: str | None = None,
         seed: int = 0,
         passages: Passages | None = None,
+        world: World = ONE_PROCESS,
     ):
         dense = not is_bm25_index(index_path)
         if config.retriever_corpus_softmax is None:
@@ -114,7 +117,7 @@ class FinetuneTrainer(Trainer):
             raise ValueError("retriever_corpus_softmax needs a dense index: BM25 has no query tower to train")
         elif config.retriever_corpus_softmax and passages is not None:
             raise ValueError("retriever_corpus_softmax trains the query tower, which questions read over passages leave as it is")
-        super().__init__(checkpoint_root, config, device, seed)
+        super().__init__(checkpoint_root, config, device, seed, world)
         self.validation = [e for e in examples if is_validation_question(e.question, config.validation_fraction)]
         self.training = [e for e in examples if not is_validation_question(e.question, config.validation_fraction)]
         if not self.training:
@@ -159,11 +162,15 @@ class FinetuneTrainer(Trainer):
 
         # A resumed stage (same questions, index and settings) reads the candidates its checkpoint recorded.
         recorded = checkpoint_extra(self.resume.checkpoint)["candidates"] if self.resume else None
+        recorded = None if recorded is None else (recorded["block_ids"].numpy(), recorded["found"].numpy())
+        if not self.world.leader:  # every rank trains on rank 0's retrieval
+            recorded = broadcast(self.world)
         trained_on = training_candidates(
-            self.retriever, self.tokenizer, self.blocks, self.training, model_config, config,
-            None if recorded is None else (recorded["block_ids"].numpy(), recorded["found"].numpy()),
+            self.retriever, self.tokenizer, self.blocks, self.training, model_config, config, recorded,
             passages=None if passages is None else passages.by_question,
         )
+        if self.world.leader and self.world.size > 1:
+            broadcast(self.world, (trained_on.cache.block_ids, trained_on.cache.found))
         self.candidates, self.rows, self.holders = trained_on.cache, trained_on.rows, trained_on.holders
         self.retriever_only_rows = trained_on.retriever_only_rows
         total_steps = math.ceil(config.epochs * len(self.rows) / config.batch_size)
@@ -184,9 +191,10 @@ class FinetuneTrainer(Trainer):
         self.index_path = str(index_path)
         log.info(
             "fine-tuning on %d of %d questions (%d without an answer among their %d candidate blocks, %d held out for "
-            "validation), %.3g epochs = %d steps from step %d",
+            "validation), %.3g epochs = %d steps from step %d on %d process(es)",
             len(self.rows), len(self.training) + len(self.validation), len(self.training) - len(self.rows),
             self.candidates.block_ids.shape[1], len(self.validation), config.epochs, total_steps, self.step,
+            self.world.size,
         )
         if self.holders is not None:
             log.info(
@@ -198,29 +206,33 @@ class FinetuneTrainer(Trainer):
         for module in [*self.retriever.trainable_modules(), self.reader]:
             module.train()
         batch = batch_rows(self.rows, self.config.batch_size, self.seed, self.step)
-        candidates = self.candidates.batch(batch)
+        shard = self.world.shard(batch)  # this rank's share; all of it in one process
+        candidates = self.candidates.batch(shard)
         corpus = None
         if self.holders is not None:
             # no more than there are, so none is counted twice in a step's mean
             count = min(self.config.batch_size, len(self.retriever_only_rows))
             retriever_only = batch_rows(self.retriever_only_rows, count, self.seed, self.step) if count else []
-            rows = [*batch, *retriever_only]
+            rows = [*shard, *retriever_only[self.world.rank :: self.world.size]]
             corpus = CorpusPositives([self.training[r] for r in rows], [self.holders[r] for r in rows])
+        # Each mean divides by the whole batch's count of questions, so the ranks' losses and
+        # gradients sum to the one-process batch's.
         loss, stats = finetune_loss(
-            self.retriever, self.reader, self.tokenizer, self.blocks, self.entity_types, [self.training[r] for r in batch],
+            self.retriever, self.reader, self.tokenizer, self.blocks, self.entity_types, [self.training[r] for r in shard],
             candidates, self.model_config, self.config, self.device, corpus=corpus,
+            count_all=partial(sum_counts, self.world),
         )
-        self.final_loss = apply_update(loss, self.optimizer, self.scheduler, "fine-tuning", self.step + 1)
+        self.final_loss = apply_update(loss, self.optimizer, self.scheduler, "fine-tuning", self.step + 1, self.world)
         if self.average is not None:
             self.average.update()
         self.step += 1
         self.counts["examples_seen"] += len(batch)
-        self.counts["without_answer_in_read"] += stats.without_answer_in_read
+        self.counts["without_answer_in_read"] += round(sum_loss(self.world, stats.without_answer_in_read, 1.0))
         return self.meter.update(
             self.step,
             loss=self.final_loss,
-            retriever_loss=stats.retriever_loss,
-            reader_loss=stats.reader_loss,
+            retriever_loss=sum_loss(self.world, stats.retriever_loss, 1.0),
+            reader_loss=sum_loss(self.world, stats.reader_loss, 1.0),
             epoch=self.step * self.config.batch_size / len(self.rows),
             fraction_without_answer_in_read=self.counts["without_answer_in_read"] / self.counts["examples_seen"],
             learning_rate=self.scheduler.get_last_lr()[-1],

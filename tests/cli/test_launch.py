@@ -1,4 +1,4 @@
-"""`--nproc N`: ICT and pre-training on 2 CPU processes under torchrun (gloo), the tiny preset on 60 articles.
+"""`--nproc N`: ICT, pre-training and fine-tuning on 2 CPU processes under torchrun (gloo), the tiny preset on 60 articles.
 
 Tolerances. Rank r reads rows r, r + 2, ... of the one-process batch and the gradients are
 averaged weighted by each rank's share, so 2 processes take the one-process update up to float
@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from realm.cli.launch import exit_text, torchrun_argv, without_launch_options
+from realm.flows.demo import DATA_DIR
 from realm.model.training.distributed import World
 
 NO_DROPOUT_RTOL = 1e-5
@@ -42,6 +43,11 @@ def _stage(stage: str, *settings: str) -> list[str]:
 PRETRAIN = _stage("pretrain", "batch_size=4", "heldout_examples=8", "refresh_every=2")
 # 5 examples a batch: the ranks' shards differ in length (3 and 2).
 ICT = _stage("ict", "batch_size=5", "heldout_examples=8")
+# Fine-tuning a pre-trained run, sized in epochs: CuratedTrec's questions with an answer in the
+# 60 articles, the early update over the whole corpus (the dense index's default).
+FINETUNE = ["train", "finetune", "--preset", "tiny", "--qa", str(DATA_DIR / "qa" / "ct.train.jsonl"), *[
+    arg for setting in ["epochs=1", "batch_size=5", "checkpoint_every=2", "log_every=1", "reader_dropout=0"]
+    for arg in ("--param", setting)]]
 
 
 def test_launch_options_are_taken_out_of_the_relaunched_command():
@@ -140,6 +146,14 @@ def test_ict_on_two_processes_logs_the_losses_of_one_with_the_whole_batch_as_neg
     assert sorted(p.name for p in (tmp_path / "n2" / "checkpoints" / "ict").iterdir()) == ["2", "4"]
 
 
+def test_finetuning_on_two_processes_logs_the_losses_of_one(runs, tmp_path):
+    logs = {nproc: _train(runs[1], tmp_path / f"n{nproc}", nproc, stage=FINETUNE) for nproc in (1, 2)}
+    assert "on 2 process(es)" in logs[2]
+    one, two = losses(tmp_path / "n1", "finetune"), losses(tmp_path / "n2", "finetune")
+    assert len(one) >= 2
+    assert_close(two, one, NO_DROPOUT_RTOL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("trained_on", "resumed_on"), [(2, 1), (1, 2)])
 def test_a_checkpoint_resumes_on_another_number_of_processes(runs, tmp_path, trained_on, resumed_on):
@@ -198,5 +212,5 @@ def test_a_killed_rank_fails_the_job_in_one_line_and_the_same_command_resumes(pr
 def test_a_stage_that_does_not_shard_its_batches_is_refused_on_several_processes(tmp_path, capsys):
     from realm.cli.main import main
 
-    assert main(["train", "finetune", "--preset", "tiny", "--output", str(tmp_path / "r"), "--nproc", "2"]) == 2
-    assert "--nproc trains ict and pretrain only" in capsys.readouterr().err
+    assert main(["train", "warmup", "--preset", "tiny", "--output", str(tmp_path / "r"), "--nproc", "2"]) == 2
+    assert "--nproc trains ict, pretrain, finetune only" in capsys.readouterr().err
