@@ -18,6 +18,8 @@ pre-training's checkpoint.
 
 from __future__ import annotations
 
+from functools import partial
+
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,6 +80,7 @@ def train_reader_warmup_stage(
     from realm.model.networks.config import ModelConfig
     from realm.model.networks.device import select_device
     from realm.model.training.cloze_questions import cloze_questions
+    from realm.model.training.distributed import lead, world_from_environment
     from realm.model.training.squad_passages import squad_passages
     from realm.model.training.train_finetune import FinetuneTrainer
 
@@ -96,11 +99,14 @@ def train_reader_warmup_stage(
     else:
         questions, passages = cloze_questions(layout.pretrain_examples, params.questions, seed, params.max_question_wordpieces), None
         logger.info("reader warm-up on %d cloze questions from %s", len(questions), layout.pretrain_examples)
+    world = world_from_environment()
     with layout.training_lock():
-        trainer = FinetuneTrainer(
-            questions, layout.blocks, index_path, init_checkpoint, layout.checkpoints("warmup"), model_config, params,
-            device=select_device(device), seed=seed, passages=passages,
-        )
+        # Under torchrun the other ranks build the same trainer and train beside this one.
+        trainer = lead(world, partial(
+            FinetuneTrainer, questions, layout.blocks, index_path, init_checkpoint, layout.checkpoints("warmup"),
+            model_config, params, device=select_device(device), seed=seed, passages=passages,
+        ))
+        logger.info("reader warm-up from step %d on %d process(es)", trainer.step, world.size)
         reporter = TrainingReporter("warmup", layout.reports, trainer.step)
         result = trainer.run(reporter)
     reporter.publish_curves()

@@ -13,8 +13,6 @@ from realm.cli.options import add_run_options, print_json, read_question_files
 from realm.cli.settings import pipeline_params, record_presets, with_overrides
 
 STAGES = ("ict", "pretrain", "warmup", "finetune")
-# The stages whose trainers shard their batches across ranks (`realm.model.training.distributed`).
-SHARDED_STAGES = ("ict", "pretrain", "finetune")
 
 
 def add_parser(commands) -> None:
@@ -53,10 +51,6 @@ def handle(args: argparse.Namespace) -> int:
     params, run_preset, stage = stage_settings(args)
     read_question_files(args.qa or [])
     if args.nproc > 1:
-        if args.stage not in SHARDED_STAGES:
-            raise SystemExit(
-                f"realm train {args.stage}: --nproc trains {', '.join(SHARDED_STAGES)} only; run {args.stage} without it"
-            )
         return launch.relaunch(args)
     return launch.on_every_rank(lambda: _train(args, params, run_preset, stage), args.device)
 

@@ -1,4 +1,4 @@
-"""`--nproc N`: ICT, pre-training and fine-tuning on 2 CPU processes under torchrun (gloo), the tiny preset on 60 articles.
+"""`--nproc N`: every training stage on 2 CPU processes under torchrun (gloo), the tiny preset on 60 articles.
 
 Tolerances. Rank r reads rows r, r + 2, ... of the one-process batch and the gradients are
 averaged weighted by each rank's share, so 2 processes take the one-process update up to float
@@ -155,6 +155,18 @@ def test_finetuning_on_two_processes_logs_the_losses_of_one(runs, tmp_path):
 
 
 @pytest.mark.slow
+def test_the_squad_warmup_on_two_processes_logs_the_losses_of_one(runs, tmp_path):
+    stage = ["train", "warmup", "--preset", "tiny", *[
+        arg for setting in ["questions=24", "batch_size=4", "checkpoint_every=2", "log_every=1", "reader_dropout=0"]
+        for arg in ("--param", setting)]]
+    logs = {nproc: _train(runs[1], tmp_path / f"n{nproc}", nproc, stage=stage) for nproc in (1, 2)}
+    assert "on 2 process(es)" in logs[2]
+    one, two = losses(tmp_path / "n1", "warmup"), losses(tmp_path / "n2", "warmup")
+    assert len(one) >= 2
+    assert_close(two, one, NO_DROPOUT_RTOL)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("trained_on", "resumed_on"), [(2, 1), (1, 2)])
 def test_a_checkpoint_resumes_on_another_number_of_processes(runs, tmp_path, trained_on, resumed_on):
     run = tmp_path / "resumed"
@@ -207,10 +219,3 @@ def test_a_killed_rank_fails_the_job_in_one_line_and_the_same_command_resumes(pr
     resumed_from = int(re.search(r"pre-training from step (\d+) to 8 on 2 process", again.stderr).group(1))
     assert resumed_from >= 2 and resumed_from % 2 == 0
     assert sorted(losses(run)) == list(range(1, 9))
-
-
-def test_a_stage_that_does_not_shard_its_batches_is_refused_on_several_processes(tmp_path, capsys):
-    from realm.cli.main import main
-
-    assert main(["train", "warmup", "--preset", "tiny", "--output", str(tmp_path / "r"), "--nproc", "2"]) == 2
-    assert "--nproc trains ict, pretrain, finetune only" in capsys.readouterr().err
