@@ -28,7 +28,8 @@ from realm.model.networks.inputs import block_sequence, length_sorted_groups, pa
 from realm.model.networks.retriever import Embedder
 from realm.model.progress import ProgressBar
 from realm.model.tokenization import WordPieceTokenizer
-from realm.schemas import EMBEDDING_DIM, EMBEDDINGS, read_table, write_table
+from realm.schemas import EMBEDDING_DIM, EMBEDDINGS, read_table, validate_table, write_table
+from realm.schemas.io import naming_damage, open_parquet
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,20 @@ def write_embeddings(out_dir: str, block_ids: np.ndarray, embeddings: np.ndarray
 
 def load_embeddings(path: str) -> tuple[np.ndarray, np.ndarray]:
     """(block_ids [n] int64, embeddings [n, 128] float32) of an `embeddings/` artifact."""
-    table = read_table(path, EMBEDDINGS, columns=["block_id", "embedding"])
+    return embedding_arrays(read_table(path, EMBEDDINGS, columns=["block_id", "embedding"]))
+
+
+def embedding_arrays(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(block_ids [n] int64, embeddings [n, 128] float32) of EMBEDDINGS rows."""
     vectors = table["embedding"].combine_chunks().flatten().to_numpy()
     return table["block_id"].to_numpy(), vectors.reshape(-1, EMBEDDING_DIM).astype(np.float32, copy=False)
+
+
+def embedding_batches(files: Iterable[str], batch_rows: int = 65_536) -> Iterator[pa.Table]:
+    """The rows of EMBEDDINGS files, validated, `batch_rows` at a time, in the files' order: a
+    reader holds one batch decoded, never a whole file (decoded at once, a file takes ~4x its
+    vectors' size)."""
+    for file in files:
+        with naming_damage(file):  # damage may surface at any batch
+            for batch in open_parquet(file).iter_batches(batch_size=batch_rows):
+                yield validate_table(pa.Table.from_batches([batch]), EMBEDDINGS, file)

@@ -82,12 +82,16 @@ class IndexConfig:
     shards: int = 1
 
     @classmethod
-    def for_corpus(cls, count: int) -> IndexConfig:
+    def for_corpus(cls, count: int, shards: int | None = None) -> IndexConfig:
         """Exact below EXACT_SEARCH_MAX_BLOCKS, IVF with an HNSW coarse quantizer at nprobe 8
-        above, the knee of the recall curves; one shard per MAX_SHARD_BLOCKS (docs/scaling.md,
-        "The index per corpus size")."""
+        above, the knee of the recall curves; one shard per MAX_SHARD_BLOCKS unless `shards`
+        says how many (docs/scaling.md, "The index per corpus size")."""
         kind = "flat" if count < EXACT_SEARCH_MAX_BLOCKS else "ivf"
-        return cls(kind=kind, shards=max(1, math.ceil(count / MAX_SHARD_BLOCKS)))
+        if shards is None:
+            shards = max(1, math.ceil(count / MAX_SHARD_BLOCKS))
+        elif not 1 <= shards <= max(1, count):
+            raise ValueError(f"{shards} index shards for {count} blocks: a shard holds one block or more")
+        return cls(kind=kind, shards=shards)
 
 
 def ivf_nlist(count: int) -> int:

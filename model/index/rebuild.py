@@ -20,11 +20,14 @@ from realm.model.index.block_store import count_blocks, iter_block_batches
 from realm.model.index.embed_corpus import embed_blocks, load_embeddings
 from realm.model.index.lineage import doc_tower_fingerprint, index_lineage
 from realm.model.index.mips import IndexConfig, MipsIndex
+from realm.model.index.shards import build_sharded_index, split_embeddings
 from realm.model.networks.config import ModelConfig, load_pretrained
 from realm.model.networks.device import select_device
 from realm.model.networks.retriever import Embedder
 from realm.model.publish import publish, staging_dir
 from realm.model.tokenization import BLOCK_SPECIAL_TOKENS, MAX_BLOCK_WORDPIECES
+from realm.schemas import EMBEDDINGS, read_table
+from realm.schemas.io import open_parquet, parquet_files_under
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +74,13 @@ def rebuild_index(
     device: torch.device | None = None,
     max_block_wordpieces: int = MAX_BLOCK_WORDPIECES,
     embed_into: Callable[[str], None] | None = None,
+    index_shards: int | None = None,
 ) -> str:
     """Re-embed every block with the doc tower saved in `doc_embedder_dir`, publish the
     embeddings as `<embeddings_root>/<snapshot_step>/`, build the MIPS index
-    (`IndexConfig.for_corpus`) and publish it as `<index_root>/<snapshot_step>/`; returns
-    that path. Of each root the newest `keep` steps are kept (and any a manifest uses; None:
-    all).
+    (`IndexConfig.for_corpus`, in `index_shards` shards when given) and publish it as
+    `<index_root>/<snapshot_step>/`; returns that path. Of each root the newest `keep` steps
+    are kept (and any a manifest uses; None: all).
 
     Loads its own copy of the tower and touches nothing of the trainer's, so it may run in a
     background thread while `train_step` runs in the main one. `max_block_wordpieces` must be
@@ -103,7 +107,7 @@ def rebuild_index(
         )
     published = publish_embeddings_and_index(
         staging, embeddings_root, index_root, snapshot_step, keep, doc_embedder_dir,
-        doc_tower_fingerprint(doc_embedder_dir, snapshot_step), max_block_wordpieces,
+        doc_tower_fingerprint(doc_embedder_dir, snapshot_step), max_block_wordpieces, index_shards,
     )
     log.info("index of step %d: blocks embedded in %.0f s, published %s", snapshot_step, time.perf_counter() - started, published)
     return str(published)
@@ -118,16 +122,31 @@ def publish_embeddings_and_index(
     doc_embedder_dir: str,
     doc_tower: dict,
     max_block_wordpieces: int,
+    index_shards: int | None = None,
     **lineage_extra,
 ) -> Path:
     """Publish the embeddings written into `staging` as `<embeddings_root>/<step>/`, build the
-    MIPS index over them (`IndexConfig.for_corpus`) and publish it as `<index_root>/<step>/`
-    with its lineage (`realm.model.index.lineage`; `lineage_extra` adds to it); returns the
-    index's path. Of each root the newest `keep` steps are kept. The index uses the doc tower
-    in `doc_embedder_dir` (`doc_tower` is its fingerprint): a doc-tower snapshot is kept as long
-    as an index it embedded, which `realm index` embeds other corpora with."""
+    MIPS index over them (`IndexConfig.for_corpus`, in `index_shards` shards when given) and
+    publish it as `<index_root>/<step>/` with its lineage (`realm.model.index.lineage`;
+    `lineage_extra` adds to it); returns the index's path. Of each root the newest `keep` steps
+    are kept. The index uses the doc tower in `doc_embedder_dir` (`doc_tower` is its
+    fingerprint): a doc-tower snapshot is kept as long as an index it embedded, which
+    `realm index` embeds other corpora with.
+
+    One shard is built here from the whole artifact loaded at once. Several are built by
+    `build_sharded_index`, a process per shard from its own file of the embeddings
+    (`split_embeddings`), so no process holds every vector."""
+    staged = sum(open_parquet(file).metadata.num_rows for file in parquet_files_under(str(staging)))
+    config = IndexConfig.for_corpus(staged, index_shards)
+    if config.shards == 1:
+        embeddings_dir = publish(staging, embeddings_root, step, keep)
+        block_ids, vectors = load_embeddings(str(embeddings_dir))
+        index = MipsIndex.build(vectors, block_ids, config)
+        lineage = index_lineage(doc_tower, block_ids, max_block_wordpieces, **lineage_extra)
+        return index.save(index_root, step, keep, lineage, uses=[doc_embedder_dir])
+    split_embeddings(staging, config.shards)
+    block_ids = read_table(str(staging), EMBEDDINGS, columns=["block_id"])["block_id"].to_numpy()  # for the lineage
     embeddings_dir = publish(staging, embeddings_root, step, keep)
-    block_ids, vectors = load_embeddings(str(embeddings_dir))
-    index = MipsIndex.build(vectors, block_ids, IndexConfig.for_corpus(len(block_ids)))
     lineage = index_lineage(doc_tower, block_ids, max_block_wordpieces, **lineage_extra)
-    return index.save(index_root, step, keep, lineage, uses=[doc_embedder_dir])
+    built = build_sharded_index(embeddings_dir, index_root, step, config, keep=keep, lineage=lineage, uses=[doc_embedder_dir])
+    return built.path

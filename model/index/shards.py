@@ -9,6 +9,11 @@ worker adds its vectors to a copy of that trained empty index, so all shards sha
 quantizer (what `MipsIndex.search` relies on to route a query once). The published step is the
 layout `MipsIndex.save` writes, and `MipsIndex.load` opens it; its manifest lists every shard
 with its block fingerprint and the embeddings files (and their sha256) it was built from.
+
+A run's own builds (`realm.model.index.rebuild.publish_embeddings_and_index`) come here when
+their index has several shards: the embeddings staged for the step are first rewritten as one
+file per shard (`split_embeddings`), then published, then built from. Every reader here takes
+a file a record batch at a time.
 """
 
 from __future__ import annotations
@@ -25,21 +30,23 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+import pyarrow.parquet as pq
 
-from realm.model.index.embed_corpus import load_embeddings
+from realm.model.index.embed_corpus import embedding_arrays, embedding_batches
 from realm.model.index.mips import (
     IndexConfig,
     empty_index,
     fill_shard,
     index_metadata,
     set_faiss_threads,
+    shard_bounds,
     training_rows,
     write_shard,
 )
 from realm.model.networks.device import usable_cores
 from realm.model.publish import publish, staging_dir
-from realm.schemas import EMBEDDING_DIM
-from realm.schemas.io import open_parquet, parquet_files
+from realm.schemas import EMBEDDING_DIM, EMBEDDINGS
+from realm.schemas.io import open_parquet, parquet_files, parquet_files_under
 from realm.schemas.manifest import MANIFEST_FILE, read_manifest
 
 log = logging.getLogger(__name__)
@@ -76,6 +83,35 @@ def group_files(counts: list[int], shards: int) -> list[list[int]]:
     return [list(range(start, stop)) for start, stop in zip(bounds, bounds[1:])]
 
 
+def split_embeddings(directory: str | os.PathLike, shards: int) -> list[str]:
+    """Rewrite the EMBEDDINGS files written into `directory` (a staging directory, before it is
+    published) as one file per shard, `part-<n>.parquet`, of near-equal rows cut in the files'
+    order, one batch in memory at a time; returns them. Whatever wrote the files (the in-process
+    embedder's one, an incremental update's two, the Beam pipeline's many), each shard of
+    `build_sharded_index` then reads one file of its own rows."""
+    written = parquet_files_under(str(directory))
+    counts = [open_parquet(file).metadata.num_rows for file in written]
+    batches = embedding_batches(written)
+    split = [Path(directory) / f"part-{number:05d}.parquet" for number in range(shards)]
+    partial = [path.with_name(f".{path.name}.tmp") for path in split]  # hidden: not read as a part
+    pending = None
+    for path, (start, stop) in zip(partial, shard_bounds(sum(counts), shards)):
+        with pq.ParquetWriter(path, EMBEDDINGS) as writer:
+            wanted = stop - start
+            while wanted:
+                if pending is None or pending.num_rows == 0:
+                    pending = next(batches)
+                taken = pending.slice(0, wanted)
+                writer.write_table(taken)
+                wanted -= taken.num_rows
+                pending = pending.slice(taken.num_rows)
+    for file in written:
+        os.remove(file)
+    for path, final in zip(partial, split):
+        os.replace(path, final)
+    return [str(path) for path in split]
+
+
 def build_sharded_index(
     embeddings_dir: str | os.PathLike,
     index_root: str | os.PathLike,
@@ -99,7 +135,7 @@ def build_sharded_index(
     set_faiss_threads()
     config, empty = empty_index(EMBEDDING_DIM, sum(counts), config)
     if not empty.is_trained:
-        empty.train(_rows_of_files(files, counts, training_rows(sum(counts), config)))
+        empty.train(_rows_of_files(files, training_rows(sum(counts), config)))
     train_seconds = time.perf_counter() - started
     trained = faiss.serialize_index(empty)  # uint8 bytes, what each worker starts from
     workers = min(workers or usable_cores(), config.shards)
@@ -134,15 +170,17 @@ def _file_checksums(embeddings_dir: Path, files: list[str]) -> dict[str, tuple[s
     return {file: (name, listed.get(name, {}).get("sha256", "")) for file, name in relative.items()}
 
 
-def _rows_of_files(files: list[str], counts: list[int], rows: np.ndarray) -> np.ndarray:
-    """[len(rows), dim] vectors at sorted `rows` of the files' concatenation, one file in
+def _rows_of_files(files: list[str], rows: np.ndarray) -> np.ndarray:
+    """[len(rows), dim] vectors at sorted `rows` of the files' concatenation, one batch in
     memory at a time."""
     picked = np.empty((len(rows), EMBEDDING_DIM), dtype=np.float32)
-    first_rows = np.concatenate([[0], np.cumsum(counts)])
-    for file, start, stop in zip(files, first_rows[:-1], first_rows[1:]):
+    start = 0
+    for table in embedding_batches(files):
+        stop = start + table.num_rows
         mine = (rows >= start) & (rows < stop)
         if mine.any():
-            picked[mine] = load_embeddings(file)[1][rows[mine] - start]
+            picked[mine] = embedding_arrays(table)[1][rows[mine] - start]
+        start = stop
     return picked
 
 
@@ -163,11 +201,10 @@ def _build_shard(
     block_ids = np.empty(blocks, dtype=np.int64)
     vectors = np.empty((blocks, EMBEDDING_DIM), dtype=np.float32)
     row = 0
-    for file in files:  # filled in place: one file's arrays beside the shard's, never two shards'
-        file_ids, file_vectors = load_embeddings(file)
-        block_ids[row : row + len(file_ids)], vectors[row : row + len(file_ids)] = file_ids, file_vectors
-        row += len(file_ids)
-        del file_ids, file_vectors
+    for table in embedding_batches(files):
+        # Filled in place: one batch's arrays beside the shard's, never a whole file's.
+        block_ids[row : row + table.num_rows], vectors[row : row + table.num_rows] = embedding_arrays(table)
+        row += table.num_rows
     shard = fill_shard(faiss.deserialize_index(trained), vectors, block_ids, embeddings_files)
     entry = write_shard(Path(staging), number, config, shard)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB

@@ -265,3 +265,11 @@ def test_the_default_index_is_exact_below_a_million_blocks_and_sharded_above_max
     assert IndexConfig.for_corpus(MAX_SHARD_BLOCKS).shards == 1
     assert IndexConfig.for_corpus(MAX_SHARD_BLOCKS + 1).shards == 2
     assert IndexConfig.for_corpus(13_000_000) == IndexConfig(kind="ivf", shards=4)
+
+
+def test_a_shard_count_asked_for_overrides_the_default_and_each_shard_holds_a_block():
+    assert IndexConfig.for_corpus(8, shards=3) == IndexConfig(kind="flat", shards=3)
+    assert IndexConfig.for_corpus(13_000_000, shards=1) == IndexConfig(kind="ivf", shards=1)
+    for shards in (0, 9):
+        with pytest.raises(ValueError, match=f"{shards} index shards for 8 blocks: a shard holds one block or more"):
+            IndexConfig.for_corpus(8, shards=shards)

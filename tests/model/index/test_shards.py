@@ -4,11 +4,12 @@ import faiss
 import numpy as np
 import pytest
 
-from realm.model.index.embed_corpus import write_embeddings
+from realm.model.index.embed_corpus import embedding_arrays, embedding_batches, write_embeddings
 from realm.model.index.lineage import corpus_fingerprint
 from realm.model.index.mips import BruteForceIndex, IndexConfig, MipsIndex
-from realm.model.index.shards import build_sharded_index, group_files
+from realm.model.index.shards import build_sharded_index, group_files, split_embeddings
 from realm.model.publish import publish, staging_dir
+from realm.schemas.io import parquet_files_under
 from realm.schemas import EMBEDDING_DIM
 from realm.schemas.manifest import read_manifest
 
@@ -76,3 +77,20 @@ def test_ivf_shards_from_files_share_one_trained_quantizer_and_list_their_files(
     np.testing.assert_allclose(scores, np.einsum("qd,qkd->qk", queries, index.lookup(ids)), rtol=1e-5, atol=1e-6)
     _, oracle_ids = BruteForceIndex.build(vectors, block_ids).search(queries, 8)
     assert np.mean([len(set(a) & set(b)) / 8 for a, b in zip(ids, oracle_ids)]) > 0.9
+
+
+def test_staged_files_are_rewritten_as_one_file_a_shard_in_the_files_row_order(tmp_path):
+    rng = np.random.default_rng(1)
+    count = sum(FILE_ROWS)
+    block_ids = rng.permutation(10**6)[:count].astype(np.int64)  # unsorted: the files' order is what is kept
+    vectors = rng.standard_normal((count, EMBEDDING_DIM)).astype(np.float32)
+    for part, (start, stop) in enumerate(zip(np.cumsum([0, *FILE_ROWS[:-1]]), np.cumsum(FILE_ROWS))):
+        write_embeddings(str(tmp_path), block_ids[start:stop], vectors[start:stop], 3, part)
+
+    split = split_embeddings(tmp_path, 3)
+    assert split == parquet_files_under(str(tmp_path)) == [str(tmp_path / f"part-0000{n}.parquet") for n in range(3)]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [f"part-0000{n}.parquet" for n in range(3)]
+    shards = [[embedding_arrays(table) for table in embedding_batches([file], batch_rows=128)] for file in split]
+    assert [sum(len(ids) for ids, _ in shard) for shard in shards] == [400, 400, 400]  # 1,200 rows cut across the files
+    np.testing.assert_array_equal(np.concatenate([ids for shard in shards for ids, _ in shard]), block_ids)
+    np.testing.assert_array_equal(np.concatenate([v for shard in shards for _, v in shard]), vectors)
