@@ -49,8 +49,8 @@ from realm.model.publish import publish, staging_dir
 DIM = 128
 NUM_CENTRES = 10_000
 CHUNK_ROWS = 1_000_000  # generated at a time: the 13M run must not hold float64 copies
-# Rows per artifact file at most: a shard's builder holds one decoded file beside its shard, and
-# one 3.25M-row file per shard of 13M took ~9.8 GB a builder.
+# Rows per artifact file at most: a shard's builder holds one decoded file beside its shard
+# (docs/scaling.md, the index's memory).
 FILE_ROWS = 1_000_000
 K = 8
 GIB = 2**30

@@ -19,7 +19,6 @@ pre-training's checkpoint.
 from __future__ import annotations
 
 from functools import partial
-
 from pathlib import Path
 from typing import TYPE_CHECKING
 

@@ -109,7 +109,10 @@ def rebuild_index(
         staging, embeddings_root, index_root, snapshot_step, keep, doc_embedder_dir,
         doc_tower_fingerprint(doc_embedder_dir, snapshot_step), max_block_wordpieces, index_shards,
     )
-    log.info("index of step %d: blocks embedded in %.0f s, published %s", snapshot_step, time.perf_counter() - started, published)
+    log.info(
+        "index of step %d: blocks embedded and indexed in %.0f s, published %s",
+        snapshot_step, time.perf_counter() - started, published,
+    )
     return str(published)
 
 

@@ -11,9 +11,12 @@ group (nccl on CUDA, gloo on CPU).
 
 Each step's global batch is `example_order.batch_rows`' for one process; rank r reads rows
 r, r + N, ... of it (`World.shard`), so N ranks read exactly the one-process batch. Gradients
-are summed across ranks with each rank's weighted by its share of the batch (`sum_gradients`),
-which is the gradient of the one-process batch mean; clipping, AdamW and the schedule then run
-on the same numbers on every rank, so the weights stay identical without being sent again.
+are summed across ranks, each rank's weighted so that the sum is the gradient of the
+one-process batch's loss (`sum_gradients`; `optimization.apply_update` says which weight each
+stage passes); clipping, AdamW and the schedule then run on the same numbers on every rank, so
+the weights stay identical without being sent again. At the start of every step the ranks meet
+on the control group (`barrier`), so while rank 0 alone validates, evaluates or publishes, the
+others wait on its long timeout rather than in a gradient all-reduce's.
 """
 
 from __future__ import annotations
@@ -80,6 +83,12 @@ def join(world: World, device: torch.device) -> None:
         torch.cuda.set_device(world.local_rank)
     dist.init_process_group(backend(device))
     _control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
+
+
+def barrier(world: World) -> None:
+    """Every rank waits here until all have arrived, on the control group's timeout."""
+    if world.size > 1:
+        dist.barrier(group=_control)
 
 
 def leave() -> None:

@@ -68,25 +68,27 @@ MAX_GRAD_NORM = 1.0
 
 def apply_update(
     loss: torch.Tensor, optimizer: torch.optim.Optimizer, scheduler, what: str, step: int,
-    world: World = ONE_PROCESS, share: float = 1.0,
+    world: World = ONE_PROCESS, weight: float = 1.0,
 ) -> float:
     """One optimizer update from `loss`: backward, clip to MAX_GRAD_NORM, step, schedule.
 
-    With several processes (`world`), `loss` is this rank's mean over its `share` of the
-    batch; losses and gradients are summed across ranks weighted by their shares
-    (`distributed.sum_gradients`) before the clip, so every rank takes the update of the
-    whole batch.
+    With several processes (`world`), losses and gradients are summed across ranks, each
+    rank's times `weight` (`distributed.sum_gradients`), before the clip, so every rank takes
+    the update of the whole batch. `weight` is what makes Σ over ranks of weight × loss the
+    batch's loss: the rank's share of the batch where `loss` is its shard's mean (pre-training),
+    1 where `loss` already divides by the whole batch's count (fine-tuning), 1/N where each
+    rank's loss reaches every rank's rows and is scaled by its share × N (ICT).
 
     A non-finite loss raises before any weight changes, naming `what` and the `step` it would
     have become, so the last checkpoint is still a good one. Returns the loss value (the whole
     batch's).
     """
-    value = sum_loss(world, loss.item(), share)
+    value = sum_loss(world, loss.item(), weight)
     if not math.isfinite(value):
         raise FloatingPointError(f"{what} loss is {value} at step {step}")
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    sum_gradients(world, [p for group in optimizer.param_groups for p in group["params"]], share)
+    sum_gradients(world, [p for group in optimizer.param_groups for p in group["params"]], weight)
     torch.nn.utils.clip_grad_norm_([p for group in optimizer.param_groups for p in group["params"]], MAX_GRAD_NORM)
     optimizer.step()
     scheduler.step()

@@ -34,8 +34,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from functools import partial
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np

@@ -55,7 +55,7 @@ from realm.model.networks.config import set_transformers_verbosity_error
 from realm.model.networks.device import select_device
 from realm.model.networks.host_memory import reuse_freed_memory
 from realm.model.progress import Progress
-from realm.model.training.distributed import ONE_PROCESS, World, broadcast, same_parameters, seed_step
+from realm.model.training.distributed import ONE_PROCESS, World, barrier, broadcast, same_parameters, seed_step
 from realm.model.training.stage_inputs import changed_inputs
 
 log = logging.getLogger(__name__)
@@ -225,6 +225,7 @@ class Trainer:
         report every `log_every` steps, at the last and with whatever a checkpoint added. A
         fresh run with no step to take still publishes its starting components."""
         while self.step < self.total_steps:
+            barrier(self.world)
             if before_step is not None:
                 before_step()
             seed_step(self.world, self.seed, self.step)
