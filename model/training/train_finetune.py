@@ -161,10 +161,12 @@ class FinetuneTrainer(Trainer):
         self.entity_types = self.answerer.entity_types
 
         # A resumed stage (same questions, index and settings) reads the candidates its checkpoint recorded.
-        recorded = checkpoint_extra(self.resume.checkpoint)["candidates"] if self.resume else None
-        recorded = None if recorded is None else (recorded["block_ids"].numpy(), recorded["found"].numpy())
+        recorded = None
         if not self.world.leader:  # every rank trains on rank 0's retrieval
             recorded = broadcast(self.world)
+        elif self.resume:
+            saved = checkpoint_extra(self.resume.checkpoint)["candidates"]
+            recorded = (saved["block_ids"].numpy(), saved["found"].numpy())
         trained_on = training_candidates(
             self.retriever, self.tokenizer, self.blocks, self.training, model_config, config, recorded,
             passages=None if passages is None else passages.by_question,

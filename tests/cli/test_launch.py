@@ -35,8 +35,8 @@ STEPS = 4
 WRAPPER = Path(__file__).with_name("no_dropout_realm.py")
 
 
-def _stage(stage: str, *settings: str) -> list[str]:
-    return ["train", stage, "--preset", "tiny", "--steps", str(STEPS), *[
+def _stage(stage: str, *settings: str, options: tuple[str, ...] = ("--steps", str(STEPS))) -> list[str]:
+    return ["train", stage, "--preset", "tiny", *options, *[
         arg for setting in [*settings, "checkpoint_every=2", "log_every=1"] for arg in ("--param", setting)]]
 
 
@@ -45,9 +45,10 @@ PRETRAIN = _stage("pretrain", "batch_size=4", "heldout_examples=8", "refresh_eve
 ICT = _stage("ict", "batch_size=5", "heldout_examples=8")
 # Fine-tuning a pre-trained run, sized in epochs: CuratedTrec's questions with an answer in the
 # 60 articles, the early update over the whole corpus (the dense index's default).
-FINETUNE = ["train", "finetune", "--preset", "tiny", "--qa", str(DATA_DIR / "qa" / "ct.train.jsonl"), *[
-    arg for setting in ["epochs=1", "batch_size=5", "checkpoint_every=2", "log_every=1", "reader_dropout=0"]
-    for arg in ("--param", setting)]]
+FINETUNE = _stage(
+    "finetune", "epochs=1", "batch_size=5", "reader_dropout=0", options=("--qa", str(DATA_DIR / "qa" / "ct.train.jsonl"))
+)
+WARMUP = _stage("warmup", "questions=24", "batch_size=4", "reader_dropout=0", options=())
 
 
 def test_launch_options_are_taken_out_of_the_relaunched_command():
@@ -139,29 +140,28 @@ def test_two_processes_log_the_losses_of_one_at_the_same_global_batch(runs):
     assert (runs[2] / "index" / "4" / "manifest.json").is_file()
 
 
-def test_ict_on_two_processes_logs_the_losses_of_one_with_the_whole_batch_as_negatives(prepared, tmp_path):
-    logs = {nproc: _train(prepared, tmp_path / f"n{nproc}", nproc, stage=ICT) for nproc in (1, 2)}
+def _on_one_and_two_processes(start: Path, tmp_path: Path, stage: list[str]) -> tuple[dict, dict]:
+    """`stage` trained from copies of `start` on 1 and on 2 processes: ({step: loss} of each)."""
+    logs = {nproc: _train(start, tmp_path / f"n{nproc}", nproc, stage=stage) for nproc in (1, 2)}
     assert "on 2 process(es)" in logs[2]
-    assert_close(losses(tmp_path / "n2", "ict"), losses(tmp_path / "n1", "ict"), NO_DROPOUT_RTOL)
+    return losses(tmp_path / "n1", stage[1]), losses(tmp_path / "n2", stage[1])
+
+
+def test_ict_on_two_processes_logs_the_losses_of_one_with_the_whole_batch_as_negatives(prepared, tmp_path):
+    one, two = _on_one_and_two_processes(prepared, tmp_path, ICT)
+    assert_close(two, one, NO_DROPOUT_RTOL)
     assert sorted(p.name for p in (tmp_path / "n2" / "checkpoints" / "ict").iterdir()) == ["2", "4"]
 
 
 def test_finetuning_on_two_processes_logs_the_losses_of_one(runs, tmp_path):
-    logs = {nproc: _train(runs[1], tmp_path / f"n{nproc}", nproc, stage=FINETUNE) for nproc in (1, 2)}
-    assert "on 2 process(es)" in logs[2]
-    one, two = losses(tmp_path / "n1", "finetune"), losses(tmp_path / "n2", "finetune")
+    one, two = _on_one_and_two_processes(runs[1], tmp_path, FINETUNE)
     assert len(one) >= 2
     assert_close(two, one, NO_DROPOUT_RTOL)
 
 
 @pytest.mark.slow
 def test_the_squad_warmup_on_two_processes_logs_the_losses_of_one(runs, tmp_path):
-    stage = ["train", "warmup", "--preset", "tiny", *[
-        arg for setting in ["questions=24", "batch_size=4", "checkpoint_every=2", "log_every=1", "reader_dropout=0"]
-        for arg in ("--param", setting)]]
-    logs = {nproc: _train(runs[1], tmp_path / f"n{nproc}", nproc, stage=stage) for nproc in (1, 2)}
-    assert "on 2 process(es)" in logs[2]
-    one, two = losses(tmp_path / "n1", "warmup"), losses(tmp_path / "n2", "warmup")
+    one, two = _on_one_and_two_processes(runs[1], tmp_path, WARMUP)
     assert len(one) >= 2
     assert_close(two, one, NO_DROPOUT_RTOL)
 
