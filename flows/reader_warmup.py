@@ -3,10 +3,10 @@
 With `source="squad"` (the default) the reader reads SQuAD v1.1's human questions, shipped in
 `flows/data/squad/` (its licence and sha256 in the README there; the file is checked against
 that sha256 each time it is read), each over its own paragraph and the blocks the run's index
-retrieves for it, and learns the answers marked in the paragraph; the query tower is left as it
-is. The paragraphs of the drawn questions are first cut into blocks and tagged by the corpus's
-own Beam stages (`realm.pipelines.chunk`, `realm.pipelines.entities`), under `<root>/squad/`,
-so they read as the corpus's blocks do. With `source="cloze"` the questions are the corpus's
+retrieves for it, and learns the answers marked in the paragraph and an answer's text in a
+retrieved block; the query tower is left as it is. The paragraphs of the drawn questions are
+first cut into blocks and tagged by the corpus's own Beam stages (`realm.pipelines.chunk`,
+`realm.pipelines.entities`), under `<root>/squad/`, so they read as the corpus's blocks do. With `source="cloze"` the questions are the corpus's
 own salient-span sentences (`realm.model.training.cloze_questions`), trained as fine-tuning
 trains, the query tower too. Both train with fine-tuning's trainer over the run's fixed index;
 fine-tuning then starts from the reader and query tower the warm-up leaves. Checkpoints under

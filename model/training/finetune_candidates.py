@@ -43,7 +43,7 @@ def training_candidates(
 ) -> TrainingCandidates:
     """The candidates of `questions` from `retriever`, or the (block_ids, found) a checkpoint
     `recorded`, so a resumed stage trains on the stream an uninterrupted one would; with
-    `passages`, each question's passage first and its marked answers the gold spans."""
+    `passages`, each question's passage first with its marked answers as its gold spans."""
     cache = CandidateCache.build(retriever, tokenizer, blocks, questions, model_config, config, recorded, passages=passages)
     answered = cache.holds_answer.any(axis=1)
     rows = np.flatnonzero(answered)

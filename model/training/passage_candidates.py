@@ -4,10 +4,13 @@ A reading-comprehension question (SQuAD's) comes with the paragraph that answers
 passage is that paragraph cut into a block as the corpus's blocks are cut, held in a
 `blocks/` artifact of its own (`Passages.blocks_path`, with its `block_entities/` beside it)
 and in no index. `PassageRetriever` gives each question its passage first, then the top blocks
-the run's index retrieves for it (the negatives, as fine-tuning's reader reads them), with
-p(z|x) uniform over them: the query tower has no vector of the passage to score it against, so
-the reader alone learns to choose, and the tower is left as it is. The gold spans are the
-answers marked in the passage (`Passage.spans`), none in the retrieved blocks.
+the run's index retrieves for it (as fine-tuning's reader reads them), with p(z|x) uniform over
+them: the query tower has no vector of the passage to score it against, so the reader alone
+learns to choose, and the tower is left as it is. The gold spans are the answers marked in the
+passage (`Passage.spans`) and, in a retrieved block, wherever an answer's text occurs, as
+fine-tuning finds them (`realm.model.training.question_candidates`): a corpus block holding
+the paragraph's text, cut otherwise, is a gold block, not a negative; those without are the
+negatives.
 """
 
 from __future__ import annotations

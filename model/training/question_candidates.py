@@ -1,10 +1,10 @@
 """Each fine-tuning question's candidate blocks, retrieved once before the first step (the
 dense index through the starting query tower, or BM25), and their gold spans: where a
 question's answer occurs among them (`realm.model.qa.gold_spans`: text answers match by
-wordpieces, CuratedTrec's regex answers the block text of whole-word spans), or, for a
-reading-comprehension question read over its passage first
-(`realm.model.training.passage_candidates`), the answers marked in the passage. A resumed run
-rebuilds the cache from the block ids its checkpoint recorded.
+wordpieces, CuratedTrec's regex answers the block text of whole-word spans). A question read
+over its passage first (`realm.model.training.passage_candidates`) has the answers marked in
+the passage there instead, the occurrences its annotators chose rather than every match of
+their text. A resumed run rebuilds the cache from the block ids its checkpoint recorded.
 """
 
 from __future__ import annotations
@@ -65,28 +65,41 @@ class CandidateCache(Candidates):
         """Retrieve each example's top `config.num_candidates` other than its
         `excluded_block_ids` (or take `retrieved`, the (block_ids, found) a checkpoint
         recorded) and find their gold spans; with `passages` (each example's, by question, the
-        first of its candidates), the spans marked in the passage and none elsewhere."""
+        first of its candidates), the spans marked in the passage there (`_candidate_spans`)."""
         if retrieved is None:
             retrieved = retrieve_candidates(retriever, tokenizer, examples, config.num_candidates, config, batch_size)
         block_ids, found = retrieved
-        if passages is not None:
-            return cls(block_ids, found, [marked_spans(passages[e.question], row) for e, row in zip(examples, block_ids)])
         gold = [
-            [
-                gold_spans(tokenizer, blocks, int(b), example, model_config.max_span_wordpieces) if ok else []
-                for b, ok in zip(row_ids, row_found)
-            ]
+            _candidate_spans(
+                tokenizer, blocks, example, row_ids, row_found, model_config.max_span_wordpieces,
+                None if passages is None else passages[example.question],
+            )
             for example, row_ids, row_found in zip(examples, block_ids, found)
         ]
         return cls(block_ids, found, gold)
 
 
-def marked_spans(passage: Passage, block_ids: np.ndarray) -> list[list[tuple[int, int]]]:
-    """The gold spans of a question's candidates `block_ids` [candidates]: the passage's marked
-    answers in the first, which must be the passage, and none in the others."""
-    if not len(block_ids) or block_ids[0] != passage.block_id:
+def _candidate_spans(
+    tokenizer: WordPieceTokenizer,
+    blocks: BlockStore,
+    example: QAExample,
+    block_ids: np.ndarray,
+    found: np.ndarray,
+    max_span_wordpieces: int,
+    passage: Passage | None = None,
+) -> list[list[tuple[int, int]]]:
+    """The gold spans of a question's candidates `block_ids` [candidates] (`found` [candidates]):
+    where its answers occur in each (`gold_spans`). With its `passage`, which must be the
+    first, the passage's marked answers there; a retrieved block holding an answer's text
+    (the paragraph cut otherwise, in the corpus) is a gold block too, as in fine-tuning, not a
+    negative that would teach the reader the answer is wrong."""
+    if passage is not None and (not len(block_ids) or block_ids[0] != passage.block_id):
         raise ValueError(f"candidates {block_ids[:1].tolist()}... do not start with the question's passage {passage.block_id}")
-    return [list(passage.spans)] + [[] for _ in block_ids[1:]]
+    marked = [] if passage is None else [list(passage.spans)]
+    return marked + [
+        gold_spans(tokenizer, blocks, int(b), example, max_span_wordpieces) if ok else []
+        for b, ok in zip(block_ids[len(marked) :], found[len(marked) :])
+    ]
 
 
 def retrieve_candidates(

@@ -196,11 +196,12 @@ class ReaderWarmupConfig(FinetuneConfig):
     loss on the questions of `source`; fine-tuning then starts from the reader and query tower it leaves.
     - `squad` (`realm.model.training.squad_passages`): SQuAD v1.1's human questions (its
       development set, shipped), each read over its own paragraph, cut into a block as the corpus
-      is, and the top num_read − 1 blocks the run's index retrieves for it (the negatives); the
-      gold spans are the answers marked in the paragraph. The paragraph is in no index, so the
-      query tower has nothing to score it against: the blocks are scored alike, the reader alone
-      learns and the query tower stays as it was. Validation reads held-out SQuAD questions over
-      the same blocks (reading-comprehension exact match), never as Open QA.
+      is, and the top num_read − 1 blocks the run's index retrieves for it; the gold spans are
+      the answers marked in the paragraph and an answer's text in a retrieved block, as
+      fine-tuning finds them (the blocks without are the negatives). The paragraph is in no
+      index, so the query tower has nothing to score it against: the blocks are scored alike, the
+      reader alone learns and the query tower stays as it was. Validation reads held-out SQuAD
+      questions over the same blocks (reading-comprehension exact match), never as Open QA.
     - `cloze` (`realm.model.training.cloze_questions`): questions made from the corpus's own
       salient-span sentences, trained as fine-tuning trains, the query tower too.
     """

@@ -14,6 +14,7 @@ from realm.model.qa.question_retrieval import DenseRetriever
 from realm.model.training.passage_candidates import Passage, PassageRetriever
 from realm.model.training.question_candidates import CandidateCache
 from realm.model.training.stage_settings import FinetuneConfig
+from tests.model.corpus_fixture import CORPUS
 
 CPU = torch.device("cpu")
 QUESTIONS = ["Where does the Seine flow into the sea?", "What is the capital of France?"]
@@ -50,19 +51,32 @@ def test_a_question_reads_its_passage_then_the_other_retrieved_blocks_all_scored
         retriever.retrieve(["Who painted the Mona Lisa?"], question_wordpieces(tokenizer, ["Who painted the Mona Lisa?"]), 2)
 
 
-def test_the_answers_marked_in_the_passage_are_the_only_gold_spans(qa_corpus, tokenizer, tiny_config, distinct_vectors_index):
-    """"Paris" is in the corpus's Paris and Seine blocks too, read beside the passage: no gold span there."""
-    _, retriever = _retrievers(distinct_vectors_index, tokenizer, tiny_config)
+def test_retrieved_blocks_holding_an_answers_text_are_gold_there_and_the_passage_keeps_its_marked_spans(
+    qa_corpus, tokenizer, tiny_config, distinct_vectors_index
+):
+    """Every corpus block is read beside each passage. The Seine block holds "Le Havre" at
+    wordpieces 10-11 and "Paris" at 4; the Paris block is the second question's passage, read
+    once, with its marked span; no other block holds either answer."""
+    inner = DenseRetriever(build_component(Embedder, tiny_config), MipsIndex.load(distinct_vectors_index), tokenizer,
+                           tiny_config, CPU)
+    passages = {QUESTIONS[0]: Passage(OUTSIDE_THE_INDEX, ((0, 1),)), QUESTIONS[1]: Passage(-7, ((0, 0),))}
+    retriever = PassageRetriever(inner, passages)
     blocks = BlockStore.from_parquet(qa_corpus[0], with_text=True)
     examples = [QAExample(QUESTIONS[0], ["Le Havre"], "squad"), QAExample(QUESTIONS[1], ["Paris"], "squad")]
-    config = FinetuneConfig(num_read=8, num_candidates=8)
-    cache = CandidateCache.build(retriever, tokenizer, blocks, examples, tiny_config, config, passages=retriever.passages)
+    config = FinetuneConfig(num_read=9, num_candidates=9)  # the passage and all 8 corpus blocks
+    cache = CandidateCache.build(retriever, tokenizer, blocks, examples, tiny_config, config, passages=passages)
 
-    assert cache.block_ids[:, 0].tolist() == [OUTSIDE_THE_INDEX, retriever.passages[QUESTIONS[1]].block_id]
-    assert {-7, 11} <= set(cache.block_ids[1].tolist())
-    assert cache.gold[0][0] == [(0, 1)] and cache.gold[1][0] == [(2, 2)]
-    assert cache.holds_answer[:, 0].all() and not cache.holds_answer[:, 1:].any()
+    corpus_ids = {block_id for block_id, _, _ in CORPUS}
+    gold = [
+        {int(b): spans for b, ok, spans in zip(ids, found, row) if ok}
+        for ids, found, row in zip(cache.block_ids, cache.found, cache.gold)
+    ]
+    assert cache.block_ids[:, 0].tolist() == [OUTSIDE_THE_INDEX, -7] and cache.found.sum(axis=1).tolist() == [9, 8]
+    assert gold[0] == {OUTSIDE_THE_INDEX: [(0, 1)], 11: [(10, 11)]} | dict.fromkeys(corpus_ids - {11}, [])
+    assert gold[1] == {-7: [(0, 0)], 11: [(4, 4)]} | dict.fromkeys(corpus_ids - {-7, 11}, [])
+    holders = [set(ids[held].tolist()) for ids, held in zip(cache.block_ids, cache.holds_answer)]
+    assert holders == [{OUTSIDE_THE_INDEX, 11}, {-7, 11}]
 
     recorded = (np.roll(cache.block_ids, 1, axis=1), cache.found)
     with pytest.raises(ValueError, match=f"do not start with the question's passage {OUTSIDE_THE_INDEX}"):
-        CandidateCache.build(retriever, tokenizer, blocks, examples, tiny_config, config, recorded, passages=retriever.passages)
+        CandidateCache.build(retriever, tokenizer, blocks, examples, tiny_config, config, recorded, passages=passages)
