@@ -143,6 +143,20 @@ def worker_torch_threads(argv: list[str]) -> int | None:
     return max(1, len(os.sched_getaffinity(0)) // workers)
 
 
+def doc_tower_handler(run: str, doc_tower_dir: str, options: RealmOptions, torch_threads: int | None) -> DocTowerHandler:
+    """The handler of the doc tower in `doc_tower_dir`, holding the tokenizer and autocast of
+    `run`'s model preset and BERT (run.json's), read here: the BERT's directory is a path on the
+    machine that started the run, which a Dataflow worker does not have."""
+    from realm.model.networks.config import ModelConfig  # torch: on launching, not on importing
+
+    record = _read_json(FileSystems.join(run, RUN_FILE))
+    config = ModelConfig.preset(record["model_preset"], bert_dir=record.get("bert_dir"))
+    return DocTowerHandler(
+        doc_tower_dir, config.tokenizer(), config.cpu_bf16_autocast, options.max_block_wordpieces,
+        options.embed_batch_blocks, options.embed_window_blocks, torch_threads,
+    )
+
+
 def write_lineage(output: str, doc_tower_dir: str, step: int, max_block_wordpieces: int) -> None:
     """`<output>/lineage.json`: the lineage an index over `<output>/embeddings/` records."""
     files = FileSystems.match([FileSystems.join(output, "embeddings", "*.parquet")])[0].metadata_list
@@ -164,11 +178,7 @@ def run(argv: list[str] | None = None) -> dict[str, dict[str, int]]:
     step = newest_snapshot_step(options.run) if options.step is None else options.step
     doc_tower_dir = snapshot_dir(options.run, step)
     require_matches([("--step", str(step), FileSystems.join(doc_tower_dir, WEIGHTS_FILE))], options.output)
-    record = _read_json(FileSystems.join(options.run, RUN_FILE))
-    handler = DocTowerHandler(
-        doc_tower_dir, record["model_preset"], record.get("bert_dir"), options.max_block_wordpieces,
-        options.embed_batch_blocks, options.embed_window_blocks, worker_torch_threads(argv),
-    )
+    handler = doc_tower_handler(options.run, doc_tower_dir, options, worker_torch_threads(argv))
     vocab_size = _read_json(FileSystems.join(doc_tower_dir, "config.json"))["vocab_size"]
 
     def build(pipeline, taps):

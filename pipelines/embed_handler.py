@@ -3,9 +3,12 @@ and calls with a window of blocks (`realm.pipelines.embed`).
 
 The handler runs the in-process embedder's own code on each window (`embed_window`: blocks cut
 to the trainer's length as a refresh cuts them, then embedded in length-sorted batches), so its
-vectors are the in-process embedder's. It imports torch and `realm.model` only inside
-`load_model` and `run_inference`, on the worker: the pipeline modules import where torch is
-not installed (the flex-template launcher), as every other realm pipeline does.
+vectors are the in-process embedder's. A worker reads the snapshot and nothing else of the
+run's: the tokenizer and the preset's autocast travel inside the handler, which Beam ships to
+every worker, since the BERT a run started from (`--bert DIR`) is a directory on the machine
+that started it. It imports torch and the networks of `realm.model` only inside `load_model`
+and `run_inference`, on the worker: the pipeline modules import where torch is not installed,
+as every other realm pipeline does.
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+
+from realm.model.tokenization import WordPieceTokenizer
 
 # What the handler reads of a block (the rest of blocks/ stays behind the reshuffle).
 EMBED_BLOCK = pa.schema(
@@ -29,16 +33,6 @@ EMBED_BLOCK = pa.schema(
         pa.field("body_token_ids", pa.list_(pa.int32()), nullable=False),
     ]
 )
-
-
-@dataclass
-class LoadedDocTower:
-    """What `load_model` returns: the tower and everything a forward needs beside it."""
-
-    doc_embedder: Any  # realm.model.networks.retriever.Embedder, in eval mode on `device`
-    tokenizer: Any
-    device: Any
-    cpu_bf16_autocast: bool
 
 
 def local_copy(directory: str) -> str:
@@ -53,16 +47,17 @@ def local_copy(directory: str) -> str:
     return copy
 
 
-class DocTowerHandler(ModelHandler[dict, PredictionResult, LoadedDocTower]):
+class DocTowerHandler(ModelHandler[dict, PredictionResult, Any]):
     """`RunInference` over blocks (`EMBED_BLOCK` dicts): each call embeds a window of up to
     `window_blocks` blocks, `batch_blocks` per forward, and yields one `PredictionResult` per
-    block (its id, its [128] float32 vector)."""
+    block (its id, its [128] float32 vector). `tokenizer`: the run's (its BERT's vocabulary);
+    `cpu_bf16_autocast`: its model preset's; both read where the pipeline is launched."""
 
     def __init__(
         self,
         doc_embedder_dir: str,
-        model_preset: str,
-        bert_dir: str | None,
+        tokenizer: WordPieceTokenizer,
+        cpu_bf16_autocast: bool,
         max_block_wordpieces: int,
         batch_blocks: int,
         window_blocks: int,
@@ -72,29 +67,27 @@ class DocTowerHandler(ModelHandler[dict, PredictionResult, LoadedDocTower]):
         # unsorted groups; the length sort needs a window to sort.
         super().__init__(min_batch_size=window_blocks, max_batch_size=window_blocks)
         self.doc_embedder_dir = doc_embedder_dir
-        self.model_preset = model_preset
-        self.bert_dir = bert_dir
+        self.tokenizer = tokenizer
+        self.cpu_bf16_autocast = cpu_bf16_autocast
         self.max_block_wordpieces = max_block_wordpieces
         self.batch_blocks = batch_blocks
         self.torch_threads = torch_threads
 
-    def load_model(self) -> LoadedDocTower:
+    def load_model(self):
+        """The doc tower (an `Embedder`), in eval mode on this worker's device."""
         import torch
 
-        from realm.model.networks.config import ModelConfig, load_pretrained
+        from realm.model.networks.config import load_pretrained
         from realm.model.networks.device import select_device
         from realm.model.networks.retriever import Embedder
 
         if self.torch_threads is not None:
             # Worker processes sharing a machine split its cores instead of each taking all of them.
             torch.set_num_threads(self.torch_threads)
-        config = ModelConfig.preset(self.model_preset, bert_dir=self.bert_dir)
-        device = select_device()
-        doc_embedder = load_pretrained(Embedder, local_copy(self.doc_embedder_dir)).to(device).eval()
-        return LoadedDocTower(doc_embedder, config.tokenizer(), device, config.cpu_bf16_autocast)
+        return load_pretrained(Embedder, local_copy(self.doc_embedder_dir)).to(select_device()).eval()
 
     def run_inference(
-        self, batch: Sequence[dict], model: LoadedDocTower, inference_args: dict[str, Any] | None = None
+        self, batch: Sequence[dict], doc_embedder, inference_args: dict[str, Any] | None = None
     ) -> Iterable[PredictionResult]:
         from realm.model.index.embed_corpus import embed_window
         from realm.model.index.rebuild import fit_block_batch
@@ -103,6 +96,6 @@ class DocTowerHandler(ModelHandler[dict, PredictionResult, LoadedDocTower]):
             fit_block_batch(pa.RecordBatch.from_pylist(list(batch), schema=EMBED_BLOCK), self.max_block_wordpieces)
         ])
         vectors = embed_window(  # [rows, 128]
-            model.doc_embedder, model.tokenizer, window, self.batch_blocks, model.device, model.cpu_bf16_autocast
+            doc_embedder, self.tokenizer, window, self.batch_blocks, doc_embedder.device, self.cpu_bf16_autocast
         )
         return [PredictionResult(block["block_id"], vector) for block, vector in zip(batch, vectors)]

@@ -5,22 +5,30 @@ the index lineage; a block the tower cannot embed is dead-lettered and counted."
 import json
 from functools import partial
 
+import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pytest
 import torch
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
 
 from realm.model.index.embed_corpus import embed_blocks, load_embeddings
 from realm.model.index.lineage import corpus_fingerprint, doc_tower_fingerprint
 from realm.model.index.mips import MipsIndex
 from realm.model.index.rebuild import fit_block_batch, rebuild_index
-from realm.model.networks.config import build_component, load_pretrained
+from realm.model.networks.config import ModelConfig, build_component, load_pretrained
 from realm.model.networks.retriever import Embedder
 from realm.model.publish import publish, staging_dir
+from realm.model.tokenization import WordPieceTokenizer
 from realm.pipelines import embed
-from realm.pipelines.embed import block_problem, embed_into
+from realm.pipelines.embed import EmbedBlocks, block_problem, embed_into
+from realm.pipelines.options import RealmOptions
 from realm.schemas import BLOCKS, DEAD_LETTER, EMBEDDINGS, read_table
 from realm.schemas.run_layout import RunLayout
+from tests.bert_fixture import VOCABULARY as BERT_VOCABULARY
+from tests.bert_fixture import save_tiny_bert
 from tests.model.corpus_fixture import write_corpus
 
 SNAPSHOT_STEP = 3
@@ -33,11 +41,11 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
-def make_run(root, blocks: pa.Table, entities: pa.Table, config) -> RunLayout:
+def make_run(root, blocks: pa.Table, entities: pa.Table, config, bert_dir: str | None = None) -> RunLayout:
     """A run holding `blocks` and a published doc-tower snapshot of step 3 (a random tiny tower,
-    seeded: every run made here has the same one)."""
+    seeded: every run made here has the same one), started from `bert_dir` when given."""
     layout = RunLayout.at(root)
-    layout.record_model_preset("random-2l")
+    layout.record_model_preset("random-2l", bert_dir=bert_dir)
     write_corpus(layout.blocks, blocks, entities)
     staging = staging_dir(layout.snapshots, SNAPSHOT_STEP)
     torch.manual_seed(1)
@@ -92,6 +100,46 @@ def test_the_pipeline_embeds_what_the_in_process_embedder_does(tiny_run, blocks_
     assert lineage["doc_tower"] == doc_tower_fingerprint(snapshot, SNAPSHOT_STEP)
     assert lineage["corpus"] == corpus_fingerprint(in_process_ids)
     assert lineage["max_block_wordpieces"] == BLOCK_WORDPIECES
+
+
+def embedded_as(block_ids: list[int], vectors: np.ndarray):
+    """An `assert_that` matcher: EMBEDDINGS rows of exactly `block_ids`, each within cosine 0.999 of its vector."""
+    expected = dict(zip(block_ids, vectors))
+
+    def check(rows):
+        assert sorted(row["block_id"] for row in rows) == sorted(block_ids)
+        got = np.array([row["embedding"] for row in rows], dtype=np.float32)
+        assert cosines(got, np.stack([expected[row["block_id"]] for row in rows])).min() >= 0.999
+
+    return check
+
+
+def test_workers_embed_a_bert_run_without_its_bert_directory(tmp_path, blocks_table, block_entities_table):
+    # run.json's bert_dir is a path on the machine that started the run: a Dataflow worker has
+    # no such directory, so it must embed from the snapshot and what the launcher hands it.
+    bert = save_tiny_bert(tmp_path / "bert")
+    bert_tokenizer = WordPieceTokenizer(bert)
+    blocks = pa.Table.from_pylist([
+        {**row, "title_token_ids": bert_tokenizer.encode(row["title"]), "body_token_ids": bert_tokenizer.encode(row["text"])}
+        for row in blocks_table.to_pylist()
+    ], schema=BLOCKS)
+    layout = make_run(tmp_path / "run", blocks, block_entities_table,
+                      ModelConfig.preset("random-2l", bert_dir=str(bert)), bert_dir=str(bert))
+    snapshot = layout.snapshots / str(SNAPSHOT_STEP)
+    fitted = pa.Table.from_batches([fit_block_batch(b, BLOCK_WORDPIECES) for b in blocks.to_batches()])
+    embed_blocks(load_pretrained(Embedder, snapshot), bert_tokenizer, fitted, str(tmp_path / "in_process"), SNAPSHOT_STEP)
+    in_process_ids, in_process = load_embeddings(str(tmp_path / "in_process"))
+
+    options = PipelineOptions([f"--max_block_wordpieces={BLOCK_WORDPIECES}", "--embed_batch_blocks=3",
+                               "--embed_window_blocks=4"]).view_as(RealmOptions)
+    handler = embed.doc_tower_handler(str(layout.root), str(snapshot), options, torch_threads=1)
+    bert.rename(tmp_path / "bert-elsewhere")
+    # A worker process of its own: nothing the launching process loaded is there.
+    worker = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=multi_processing"])
+    with TestPipeline(options=worker) as pipeline:
+        embedded = pipeline | beam.Create(blocks.to_pylist()) | EmbedBlocks(handler, len(BERT_VOCABULARY), SNAPSHOT_STEP)
+        assert_that(embedded["embeddings"], embedded_as(in_process_ids.tolist(), in_process))
+        assert_that(embedded["dead_letter"], equal_to([]), label="NoDeadLetters")
 
 
 def test_a_step_without_a_snapshot_stops_before_beam_starts(tiny_run, tmp_path):
