@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -35,16 +36,19 @@ EMBED_BLOCK = pa.schema(
 )
 
 
-def local_copy(directory: str) -> str:
-    """`directory` itself when local, else a fresh local copy of its files (a `gs://` snapshot:
-    `from_pretrained` reads local files only)."""
+@contextmanager
+def local_copy(directory: str) -> Iterator[str]:
+    """`directory` itself when local, else a local copy of its files, deleted on leaving (a
+    `gs://` snapshot: `from_pretrained` reads local files only, and a loaded tower needs its
+    files no more: what it maps of them stays readable once they are unlinked)."""
     if os.path.isdir(directory):
-        return directory
-    copy = tempfile.mkdtemp(prefix="realm-doc-tower-")
-    for match in FileSystems.match([FileSystems.join(directory, "*")])[0].metadata_list:
-        with FileSystems.open(match.path) as source, open(os.path.join(copy, match.path.rsplit("/", 1)[-1]), "wb") as target:
-            shutil.copyfileobj(source, target)
-    return copy
+        yield directory
+        return
+    with tempfile.TemporaryDirectory(prefix="realm-doc-tower-") as copy:
+        for match in FileSystems.match([FileSystems.join(directory, "*")])[0].metadata_list:
+            with FileSystems.open(match.path) as source, open(os.path.join(copy, match.path.rsplit("/", 1)[-1]), "wb") as target:
+                shutil.copyfileobj(source, target)
+        yield copy
 
 
 class DocTowerHandler(ModelHandler[dict, PredictionResult, Any]):
@@ -84,7 +88,8 @@ class DocTowerHandler(ModelHandler[dict, PredictionResult, Any]):
         if self.torch_threads is not None:
             # Worker processes sharing a machine split its cores instead of each taking all of them.
             torch.set_num_threads(self.torch_threads)
-        return load_pretrained(Embedder, local_copy(self.doc_embedder_dir)).to(select_device()).eval()
+        with local_copy(self.doc_embedder_dir) as directory:
+            return load_pretrained(Embedder, directory).to(select_device()).eval()
 
     def run_inference(
         self, batch: Sequence[dict], doc_embedder, inference_args: dict[str, Any] | None = None
