@@ -52,6 +52,42 @@ def test_the_sockets_bind_as_the_server_does():
             listening_sockets("0.0.0.0", port)
 
 
+TWO_ADDRESSES = ("127.0.0.1", "127.0.0.2")  # both on the loopback interface: 127.0.0.0/8
+
+
+@pytest.fixture
+def two_address_host(monkeypatch) -> str:
+    """A host name that resolves to two addresses of this machine, as a dual-stack `localhost`
+    or a multi-homed host's name does (the resolver answers for it; every other name as before)."""
+    import socket
+
+    resolve = socket.getaddrinfo
+
+    def resolving(host, port, *args, **kwargs):
+        if host != "two-addresses.test":
+            return resolve(host, port, *args, **kwargs)
+        return [entry for address in TWO_ADDRESSES for entry in resolve(address, port, *args, **kwargs)]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolving)
+    return "two-addresses.test"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_port_0_is_one_port_for_every_address_and_worker(two_address_host, workers):
+    from realm.cli.commands.serve import worker_sockets
+
+    socket_sets = worker_sockets(two_address_host, 0, workers)
+    try:
+        port = socket_sets[0][0].getsockname()[1]  # the one the server prints
+        assert port != 0
+        assert [[sock.getsockname() for sock in sockets] for sockets in socket_sets] == (
+            [[(address, port) for address in TWO_ADDRESSES]] * workers
+        )
+    finally:
+        for sock in (sock for sockets in socket_sets for sock in sockets):
+            sock.close()
+
+
 def test_more_workers_than_cores_or_none_are_refused(trained_run, capsys):
     cores = usable_cores()
     refused(["serve", "--run", str(trained_run.root), "--port", "0", "--workers", str(cores + 1)],
