@@ -39,7 +39,7 @@ from realm.pipelines.artifacts import ReadArtifact, WriteArtifact, artifact_patt
 from realm.pipelines.dead_letters import DEAD_LETTER, counter, reject
 from realm.pipelines.embed_handler import EMBED_BLOCK, DocTowerHandler
 from realm.pipelines.execution import (
-    execute, print_summary, require_matches, summary_file, with_local_defaults, write_summary,
+    execute, print_summary, require_matches, summary_file, with_local_defaults, write_json, write_summary,
 )
 from realm.pipelines.options import RealmOptions, require
 from realm.pipelines.progress import runs_locally
@@ -165,8 +165,7 @@ def write_lineage(output: str, doc_tower_dir: str, step: int, max_block_wordpiec
         doc_tower = {"step": step, "sha256": stream_sha256(weights)}
     block_ids = pa.chunked_array([chunk for column in ids for chunk in column.chunks], pa.int64()).to_numpy()
     lineage = index_lineage(doc_tower, block_ids, max_block_wordpieces)
-    with FileSystems.create(FileSystems.join(output, LINEAGE_FILE)) as handle:
-        handle.write(json.dumps(lineage, indent=2).encode("utf-8"))
+    write_json(FileSystems.join(output, LINEAGE_FILE), lineage)
 
 
 def run(argv: list[str] | None = None) -> dict[str, dict[str, int]]:

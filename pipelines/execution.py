@@ -136,6 +136,12 @@ def summary_path(output: str, name: str) -> str:
     return FileSystems.join(output, summary_file(name))
 
 
+def write_json(path: str, record: dict) -> None:
+    """`record` as an indented JSON file at `path`, a local path or a bucket's."""
+    with FileSystems.create(path) as handle:
+        handle.write(json.dumps(record, indent=2).encode("utf-8"))
+
+
 def write_summary(output: str, name: str, counts: dict[str, dict[str, int]]) -> None:
     with FileSystems.create(summary_path(output, name)) as handle:
         handle.write(json.dumps(counts, indent=2, sort_keys=True).encode("utf-8"))

@@ -23,7 +23,6 @@ inputs inside the run (its own `documents/` or `blocks/`) safe to read.
 
 from __future__ import annotations
 
-import json
 import sys
 
 import apache_beam as beam
@@ -33,7 +32,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from realm.pipelines.artifacts import ReadArtifact, WriteArtifact, artifact_pattern
 from realm.pipelines.chunk import ChunkDocuments
 from realm.pipelines.entities import TagBlockEntities
-from realm.pipelines.execution import execute, print_summary, require_matches, summary_file, write_summary
+from realm.pipelines.execution import (
+    execute, print_summary, require_matches, summary_file, write_json, write_summary,
+)
 from realm.pipelines.ict import BuildIctExamples
 from realm.pipelines.options import RealmOptions, require
 from realm.pipelines.progress import StageTaps
@@ -125,8 +126,7 @@ def write_vocabulary(output: str, model_dir: str | None) -> None:
     and the directory it came from (`RunLayout.prepared_vocabulary` reads it)."""
     tokenizer = load_tokenizer(model_dir)
     record = {"sha256": tokenizer.vocabulary_sha256, "source": str(tokenizer.model_dir)}
-    with FileSystems.create(FileSystems.join(output, VOCABULARY_FILE)) as handle:
-        handle.write(json.dumps(record, indent=2).encode("utf-8"))
+    write_json(FileSystems.join(output, VOCABULARY_FILE), record)
 
 
 def run(argv: list[str] | None = None) -> dict[str, dict[str, int]]:
