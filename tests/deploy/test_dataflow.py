@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 
 import apache_beam
+import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from packaging.requirements import Requirement
 
@@ -34,16 +35,21 @@ def test_flex_template_parameters_are_pipeline_flags_with_working_regexes():
     assert not re.fullmatch(corpus["regexes"][0], "bogus")
 
 
-def test_dockerfile_pins_the_installed_beam_and_python_and_copies_files_that_exist():
-    dockerfile = (DATAFLOW / "Dockerfile").read_text()
-    assert f"ARG BEAM_VERSION={apache_beam.__version__}" in dockerfile
-    assert f"beam_python{sys.version_info.major}.{sys.version_info.minor}_sdk" in dockerfile
-    for source in re.findall(r"^COPY (?!--from)(\S+)", dockerfile, flags=re.M):
+@pytest.mark.parametrize("dockerfile, entry, pipeline", [
+    ("Dockerfile", "main.py", "realm.pipelines.prepare"),
+    ("embed.Dockerfile", "embed_main.py", "realm.pipelines.embed"),
+])
+def test_an_image_pins_the_installed_beam_and_python_copies_files_that_exist_and_runs_its_pipeline(
+    dockerfile, entry, pipeline
+):
+    text = (DATAFLOW / dockerfile).read_text()
+    assert f"ARG BEAM_VERSION={apache_beam.__version__}" in text
+    assert f"beam_python{sys.version_info.major}.{sys.version_info.minor}_sdk" in text
+    for source in re.findall(r"^COPY (?!--from)(\S+)", text, flags=re.M):
         if "${WHEEL}" not in source:
             assert (ROOT / source).exists(), source
-    entry = ast.parse((DATAFLOW / "main.py").read_text())
-    imports = [n for n in ast.walk(entry) if isinstance(n, ast.ImportFrom)]
-    assert any(n.module == "realm.pipelines.prepare" for n in imports)
+    imports = [n for n in ast.walk(ast.parse((DATAFLOW / entry).read_text())) if isinstance(n, ast.ImportFrom)]
+    assert any(n.module == pipeline for n in imports)
 
 
 def _requirement_names(name: str) -> set[str]:
@@ -74,7 +80,7 @@ def test_worker_requirements_cover_every_third_party_import_of_the_pipelines():
                 assert owners & requirements, f"{source.name} imports {top} ({owners}) missing from requirements.txt"
 
 
-def test_the_embed_template_and_image_name_the_embed_pipeline_and_its_flags():
+def test_the_embed_template_names_the_embed_pipeline_and_its_flags_and_the_image_pins_torch():
     metadata = json.loads((DATAFLOW / "embed-metadata.json").read_text())
     assert metadata["name"] == "realm-embed"
     for parameter in metadata["parameters"]:
@@ -82,14 +88,6 @@ def test_the_embed_template_and_image_name_the_embed_pipeline_and_its_flags():
         options = PipelineOptions([f"--{parameter['name']}={value}"]).view_as(RealmOptions)
         assert str(getattr(options, parameter["name"])) == value, parameter["name"]
         assert all(re.fullmatch(r, value) for r in parameter["regexes"]), parameter["name"]
-    dockerfile = (DATAFLOW / "embed.Dockerfile").read_text()
-    assert f"ARG BEAM_VERSION={apache_beam.__version__}" in dockerfile
-    assert f"beam_python{sys.version_info.major}.{sys.version_info.minor}_sdk" in dockerfile
-    for source in re.findall(r"^COPY (?!--from)(\S+)", dockerfile, flags=re.M):
-        if "${WHEEL}" not in source:
-            assert (ROOT / source).exists(), source
-    imports = [n for n in ast.walk(ast.parse((DATAFLOW / "embed_main.py").read_text())) if isinstance(n, ast.ImportFrom)]
-    assert any(n.module == "realm.pipelines.embed" for n in imports)
     torch_pins = [Requirement(line) for line in (DATAFLOW / "embed-requirements.txt").read_text().splitlines()
                   if line.startswith("torch")]
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
