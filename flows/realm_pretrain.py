@@ -19,7 +19,8 @@ learning ("projection"), a refresh projects the blocks' pooled states again
 
 Under torchrun (`realm train pretrain --nproc N`) this flow runs on rank 0 only: it hands the
 trainer's recipe to the other ranks (`realm.model.training.distributed.lead`), which train
-beside it; the refresh task runs here, on rank 0, and every rank swaps its index in at the same step.
+beside it; the refresh task runs here, on rank 0, every rank embedding its share of the corpus
+(`realm.model.training.refresh_shares`), and every rank swaps its index in at the same step.
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ from realm.flows.reporting import TrainingReporter
 @task(name="realm-refresh-index", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
 def refresh_index(
     output: str, model_preset: str, snapshot_dir: str, snapshot_step: int, max_block_wordpieces: int, device: str | None,
-    reproject: bool = False, refresh_embedder: str = "in_process",
+    reproject: bool = False, refresh_embedder: str = "in_process", split_across_ranks: bool = False,
 ) -> dict:
     """Re-embed every block with the doc-tower snapshot (with `reproject`, project the blocks'
     pooled states with its projection; with `refresh_embedder` "pipeline", by the Beam pipeline
-    `realm.pipelines.embed`) and publish `index/<snapshot_step>/` (and its embeddings).
+    `realm.pipelines.embed`; with `split_across_ranks`, every rank embedding its share,
+    `realm.model.training.refresh_shares`) and publish `index/<snapshot_step>/` (and its embeddings).
     Prunes neither: the trainer does once it swaps the index in, as only it knows which index is
     in use."""
     import time
@@ -62,14 +64,20 @@ def refresh_index(
     else:
         from functools import partial
 
+        from realm.model.training.distributed import world_from_environment
+        from realm.model.training.refresh_shares import embed_on_every_rank, share_embedder
         from realm.pipelines.embed import embed_into
 
+        model_config, on = ModelConfig.preset(model_preset, bert_dir=layout.bert_dir()), select_device(device)
+        embed = None
+        if refresh_embedder == "pipeline":
+            embed = partial(embed_into, run_root=str(layout.root), step=snapshot_step, max_block_wordpieces=max_block_wordpieces)
+        elif split_across_ranks:
+            shares = share_embedder(layout.blocks, model_config, on, max_block_wordpieces)
+            embed = partial(embed_on_every_rank, world_from_environment(), snapshot_dir, snapshot_step, shares)
         path = rebuild_index(
-            layout.blocks, snapshot_dir, layout.embeddings, layout.index, snapshot_step,
-            ModelConfig.preset(model_preset, bert_dir=layout.bert_dir()), keep=None, device=select_device(device),
-            max_block_wordpieces=max_block_wordpieces,
-            embed_into=partial(embed_into, run_root=str(layout.root), step=snapshot_step,
-                               max_block_wordpieces=max_block_wordpieces) if refresh_embedder == "pipeline" else None,
+            layout.blocks, snapshot_dir, layout.embeddings, layout.index, snapshot_step, model_config, keep=None,
+            device=on, max_block_wordpieces=max_block_wordpieces, embed_into=embed,
         )
     seconds = time.perf_counter() - started
     get_run_logger().info("published index %s (snapshot step %d) in %.1f s", path, snapshot_step, seconds)
@@ -116,7 +124,7 @@ def realm_pretrain(
     def refresh(snapshot_dir: str, snapshot_step: int) -> _RefreshTaskRun:
         return _RefreshTaskRun(refresh_index.submit(
             str(layout.root), run.model_preset, snapshot_dir, snapshot_step, params.max_block_wordpieces, run.device,
-            params.doc_tower == "projection", params.refresh_embedder,
+            params.doc_tower == "projection", params.refresh_embedder, trainer.splits_refreshes,
         ))
 
     def evaluated(step: int, which: str, evaluation: dict) -> None:

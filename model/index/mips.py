@@ -30,9 +30,9 @@ from typing import Literal
 
 import faiss
 import numpy as np
+import torch
 
 from realm.model.index.lineage import shard_lineage
-from realm.model.networks.device import usable_cores
 from realm.model.publish import MANIFEST_FILE, IntegrityError, latest_verified, publish, staging_dir, verify_step
 
 INDEX_FILE = "index.faiss"
@@ -101,9 +101,11 @@ def ivf_nlist(count: int) -> int:
 
 
 def set_faiss_threads(threads: int | None = None) -> int:
-    """Let faiss use `threads` (None: every core this process may run on; OpenMP otherwise may
-    pick fewer)."""
-    threads = threads or usable_cores()
+    """Let faiss use `threads` (None: torch's, this process's share of the cores: all of them in
+    one process, torchrun's OMP_NUM_THREADS on several). Faiss has an OpenMP runtime of its own,
+    whose idle threads spin: more of them than the process's share starve the other processes'
+    training (docs/measurements.md, "a refresh split across ranks")."""
+    threads = threads or torch.get_num_threads()
     faiss.omp_set_num_threads(threads)
     return threads
 

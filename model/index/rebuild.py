@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +63,44 @@ def fitted_block_batches(blocks_path: str, max_block_wordpieces: int):
     return (fit_block_batch(batch, max_block_wordpieces) for batch in iter_block_batches(blocks_path))
 
 
+def rows_between(batches: Iterable[pa.RecordBatch], start: int, stop: int) -> Iterator[pa.RecordBatch]:
+    """Rows [start, stop) of a stream of record batches, as slices of them (no copy)."""
+    seen = 0
+    for batch in batches:
+        if seen >= stop:
+            return
+        low, high = max(start - seen, 0), min(stop - seen, batch.num_rows)
+        if low < high:
+            yield batch.slice(low, high - low)
+        seen += batch.num_rows
+
+
+def embed_share(
+    blocks_path: str,
+    doc_embedder_dir: str,
+    staging: str,
+    snapshot_step: int,
+    model_config: ModelConfig,
+    device: torch.device | None,
+    max_block_wordpieces: int,
+    share: int = 0,
+    shares: int = 1,
+) -> None:
+    """Embed the `share`-th of `shares` near-equal runs of the blocks, in block_id order, with
+    the doc tower saved in `doc_embedder_dir`, into `<staging>/part-<share>.parquet`: the whole
+    corpus by default; one rank's part of a refresh split across ranks
+    (`realm.model.training.refresh_shares`), whose parts read in file order are the blocks in
+    order, as one embedder's."""
+    device = device or select_device()
+    total = count_blocks(blocks_path)
+    start, stop = total * share // shares, total * (share + 1) // shares
+    cut = (fit_block_batch(batch, max_block_wordpieces) for batch in rows_between(iter_block_batches(blocks_path), start, stop))
+    embed_blocks(
+        load_pretrained(Embedder, doc_embedder_dir).to(device), model_config.tokenizer(), cut, staging, snapshot_step,
+        part=share, device=device, cpu_bf16_autocast=model_config.cpu_bf16_autocast, total_blocks=stop - start,
+    )
+
+
 def rebuild_index(
     blocks_path: str,
     doc_embedder_dir: str,
@@ -94,17 +132,7 @@ def rebuild_index(
     if embed_into is not None:
         embed_into(str(staging))
     else:
-        device = device or select_device()
-        embed_blocks(
-            load_pretrained(Embedder, doc_embedder_dir).to(device),
-            model_config.tokenizer(),
-            fitted_block_batches(blocks_path, max_block_wordpieces),
-            str(staging),
-            snapshot_step,
-            device=device,
-            cpu_bf16_autocast=model_config.cpu_bf16_autocast,
-            total_blocks=count_blocks(blocks_path),
-        )
+        embed_share(blocks_path, doc_embedder_dir, str(staging), snapshot_step, model_config, device, max_block_wordpieces)
     published = publish_embeddings_and_index(
         staging, embeddings_root, index_root, snapshot_step, keep, doc_embedder_dir,
         doc_tower_fingerprint(doc_embedder_dir, snapshot_step), max_block_wordpieces, index_shards,

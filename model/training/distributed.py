@@ -63,6 +63,7 @@ class World:
 
 ONE_PROCESS = World()
 _control: dist.ProcessGroup | None = None
+_background: dist.ProcessGroup | None = None
 
 
 def world_from_environment() -> World:
@@ -76,13 +77,23 @@ def backend(device: torch.device) -> str:
 
 def join(world: World, device: torch.device) -> None:
     """Join torchrun's process group (its rendezvous: MASTER_ADDR/PORT in the environment)."""
-    global _control
+    global _control, _background
     if world.size == 1 or dist.is_initialized():
         return
     if device.type == "cuda":
         torch.cuda.set_device(world.local_rank)
     dist.init_process_group(backend(device))
     _control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
+    _background = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
+
+
+def background_group() -> dist.ProcessGroup:
+    """The gloo group of the work ranks do in a thread beside training (a refresh's shares of the
+    corpus, `realm.model.training.refresh_shares`): a group of its own, as the collectives of one
+    group must come in the same order on every rank, which two threads sharing it could not promise."""
+    if _background is None:
+        raise RuntimeError("not joined to a process group of several ranks")
+    return _background
 
 
 def barrier(world: World) -> None:
@@ -92,10 +103,10 @@ def barrier(world: World) -> None:
 
 
 def leave() -> None:
-    global _control
+    global _control, _background
     if dist.is_initialized():
         dist.destroy_process_group()
-    _control = None
+    _control = _background = None
 
 
 def broadcast(world: World, value=None):

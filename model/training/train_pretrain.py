@@ -24,6 +24,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -56,6 +57,13 @@ from realm.model.training.pretrain_step import (
     retrieval_logits,
     retrieve,
     salient_examples,
+)
+from realm.model.training.refresh_shares import (
+    EmbedShare,
+    ShareEmbedder,
+    embed_on_every_rank,
+    share_embedder,
+    stop_share_embedders,
 )
 from realm.model.training.stage_inputs import stage_inputs
 from realm.model.training.stage_settings import PretrainConfig
@@ -164,13 +172,27 @@ class PretrainTrainer(Trainer):
 
     # -- the index -------------------------------------------------------------------------
 
+    @property
+    def splits_refreshes(self) -> bool:
+        """Whether every rank embeds a share of each refresh's corpus (`refresh_shares`): on
+        several processes, when the refresh re-embeds the whole corpus in process."""
+        return self.world.size > 1 and self.config.doc_tower == "whole" and self.config.refresh_embedder == "in_process"
+
+    def share_embedder(self) -> EmbedShare:
+        """What embeds this rank's share of a refresh (`refresh_shares.share_embedder`)."""
+        return share_embedder(self.blocks_path, self.model_config, self.device, self.config.max_block_wordpieces)
+
     def attach_index(self, roots: IndexRoots) -> str:
-        """Put the first index into use (`first_index`, rank 0's on every rank); returns its published path."""
+        """Put the first index into use (`first_index`, rank 0's on every rank, built from every
+        rank's share where refreshes split); returns its published path."""
         def build() -> tuple[str, int]:
             snapshot = self.snapshot_doc_tower(roots.snapshots)
+            embed = None
+            if self.splits_refreshes:
+                embed = partial(embed_on_every_rank, self.world, snapshot, self.step, self.share_embedder())
             return rebuild_index(
                 self.blocks_path, snapshot, roots.embeddings, roots.index, self.step, self.model_config,
-                self.config.keep_checkpoints, self.device, self.config.max_block_wordpieces,
+                self.config.keep_checkpoints, self.device, self.config.max_block_wordpieces, embed,
             ), self.step
 
         first = None
@@ -385,6 +407,9 @@ class PretrainTrainer(Trainer):
         """Pre-train to `config.steps` against indexes published under `roots`; on resume,
         against the index the checkpoint was using and with the refresh it had in flight, so no
         step sees another index than the uninterrupted run's. `hooks` None: a rank > 0 (`follow`)."""
+        shares = None
+        if self.splits_refreshes and not self.world.leader:
+            shares = ShareEmbedder(self.world, self.share_embedder())
         log.info("training against index %s on %d process(es)", self.attach_index(roots), self.world.size)
         frozen = self.config.doc_tower == "frozen" or self._retriever_start_step >= self.config.steps
         if self.config.doc_tower == "projection" and not frozen:
@@ -408,8 +433,12 @@ class PretrainTrainer(Trainer):
 
         self._train(hooks and hooks.progress, refresh_on_schedule, evaluate_on_schedule if hooks else None)
         if hooks is None:
+            if shares is not None:
+                shares.join()
             return None
         index = refreshes.final_index(self.step, self.index_snapshot_step)
+        if self.splits_refreshes:
+            stop_share_embedders(self.world)
         tallies = {}
         if self.config.steps == 0:  # an untrained MLM head's accuracy would read as a result
             log.info("0 pre-training steps: no held-out masked-span evaluation")

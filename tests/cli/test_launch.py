@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from realm.cli.launch import exit_text, torchrun_argv, without_launch_options
@@ -138,6 +139,18 @@ def test_two_processes_log_the_losses_of_one_at_the_same_global_batch(runs):
     # Rank 0 alone published: every checkpoint once, the refreshed index beside it.
     assert sorted(p.name for p in (runs[2] / "checkpoints" / "pretrain").iterdir()) == ["2", "4"]
     assert (runs[2] / "index" / "4" / "manifest.json").is_file()
+
+
+def test_each_rank_embeds_its_share_of_a_refresh_into_the_index_one_process_builds(runs):
+    from realm.model.index.embed_corpus import load_embeddings
+
+    # The final refresh (of step 4): rank r's share as part r, 60 articles' blocks in two runs of block-id order.
+    one, two = (runs[nproc] / "embeddings" / "4" for nproc in (1, 2))
+    assert sorted(p.name for p in two.glob("*.parquet")) == ["part-00000.parquet", "part-00001.parquet"]
+    shares = [len(load_embeddings(str(two / f"part-0000{rank}.parquet"))[0]) for rank in (0, 1)]
+    (one_ids, one_vectors), (two_ids, two_vectors) = load_embeddings(str(one)), load_embeddings(str(two))
+    assert abs(shares[0] - shares[1]) <= 1 and list(two_ids) == list(one_ids)
+    np.testing.assert_allclose(two_vectors, one_vectors, atol=1e-4)
 
 
 def _on_one_and_two_processes(start: Path, tmp_path: Path, stage: list[str]) -> tuple[dict, dict]:

@@ -6,7 +6,8 @@ import torch
 
 from realm.model.index.lineage import corpus_fingerprint, doc_tower_fingerprint, read_lineage
 from realm.model.index.mips import MipsIndex
-from realm.model.index.rebuild import fit_block_batch, rebuild_index
+from realm.model.index.embed_corpus import load_embeddings
+from realm.model.index.rebuild import embed_share, fit_block_batch, rebuild_index, rows_between
 from realm.model.networks.config import build_component
 from realm.model.networks.retriever import Embedder
 from realm.model.publish import read_manifest
@@ -64,3 +65,28 @@ def test_a_refresh_asked_for_three_shards_builds_them_from_a_file_each_and_searc
     exact_scores, exact_top = exact.search(queries, 5)
     np.testing.assert_array_equal(top, exact_top)
     np.testing.assert_allclose(scores, exact_scores, rtol=1e-5, atol=1e-6)
+
+
+def test_rows_between_slices_a_stream_of_batches_across_their_boundaries():
+    batches = [pa.RecordBatch.from_pydict({"n": list(range(start, start + 3))}) for start in (0, 3, 6)]  # rows 0-8
+    assert [b["n"].to_pylist() for b in rows_between(batches, 2, 7)] == [[2], [3, 4, 5], [6]]
+    assert [b["n"].to_pylist() for b in rows_between(batches, 3, 6)] == [[3, 4, 5]]
+    assert list(rows_between(batches, 4, 4)) == []
+
+
+def test_shares_of_the_corpus_embedded_apart_are_the_whole_corpus_embedded_at_once(tmp_path, tiny_config, blocks_table):
+    torch.manual_seed(0)
+    snapshot = tmp_path / "snapshot"
+    build_component(Embedder, tiny_config).save_pretrained(snapshot)
+    blocks = write_table(str(tmp_path / "blocks" / "part-0.parquet"), blocks_table, BLOCKS)
+    embed_share(blocks, str(snapshot), str(tmp_path / "whole"), 5, tiny_config, CPU, LENGTH)
+    for share in range(3):  # a rank each, in any order
+        embed_share(blocks, str(snapshot), str(tmp_path / "shares"), 5, tiny_config, CPU, LENGTH, share, 3)
+    # 8 blocks in three near-equal runs of block-id order: 2, 3 and 3.
+    parts = sorted(path.name for path in (tmp_path / "shares").glob("*.parquet"))
+    assert parts == [f"part-0000{n}.parquet" for n in range(3)]
+    assert [len(load_embeddings(str(tmp_path / "shares" / name))[0]) for name in parts] == [2, 3, 3]
+    whole_ids, whole = load_embeddings(str(tmp_path / "whole"))
+    ids, vectors = load_embeddings(str(tmp_path / "shares"))
+    assert list(ids) == list(whole_ids) == sorted(blocks_table["block_id"].to_pylist())
+    np.testing.assert_allclose(vectors, whole, rtol=1e-5, atol=1e-6)
