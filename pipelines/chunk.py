@@ -125,15 +125,14 @@ def load_sentencizer():
 
 
 class ChunkDocumentFn(beam.DoFn):
-    def __init__(self, model_dir: str | None = None, max_wordpieces: int = MAX_BLOCK_WORDPIECES):
-        self.model_dir = model_dir
+    def __init__(self, tokenizer: WordPieceTokenizer, max_wordpieces: int = MAX_BLOCK_WORDPIECES):
+        self.tokenizer = tokenizer
         self.max_wordpieces = max_wordpieces
         self.documents = counter(STAGE, "documents")
         self.blocks = counter(STAGE, "blocks")
         self.cut_sentences = counter(STAGE, "sentences_cut_over_budget")
 
     def setup(self):
-        self.tokenizer = load_tokenizer(self.model_dir)
         self.sentencizer = load_sentencizer()
 
     def process(self, document: dict) -> Iterator:
@@ -199,12 +198,13 @@ class ChunkDocuments(beam.PTransform):
 
     def __init__(self, model_dir: str | None = None, max_wordpieces: int = MAX_BLOCK_WORDPIECES):
         super().__init__()
-        self.model_dir = model_dir
+        # Read where the pipeline is built; the DoFn carries it to workers, which lack `model_dir`.
+        self.tokenizer = load_tokenizer(model_dir)
         self.max_wordpieces = max_wordpieces
 
     def expand(self, documents):
         outputs = documents | "Chunk" >> beam.ParDo(
-            ChunkDocumentFn(self.model_dir, self.max_wordpieces)
+            ChunkDocumentFn(self.tokenizer, self.max_wordpieces)
         ).with_outputs(DEAD_LETTER, main="blocks")
         return {"blocks": outputs.blocks | DropDuplicateBlocks(), "dead_letter": outputs[DEAD_LETTER]}
 

@@ -65,17 +65,14 @@ def build_ict_examples(
 
 
 class BuildIctExamplesFn(beam.DoFn):
-    def __init__(self, model_dir, seed, keep_probability, queries_per_block):
-        self.model_dir = model_dir
+    def __init__(self, tokenizer: WordPieceTokenizer, seed, keep_probability, queries_per_block):
+        self.tokenizer = tokenizer
         self.seed = seed
         self.keep_probability = keep_probability
         self.queries_per_block = queries_per_block
         self.examples = counter(STAGE, "examples")
         self.kept = counter(STAGE, "examples_query_kept_in_context")
         self.single_sentence = counter(STAGE, "blocks_with_single_sentence")
-
-    def setup(self):
-        self.tokenizer = load_tokenizer(self.model_dir)
 
     def process(self, block: dict) -> Iterator:
         try:
@@ -97,7 +94,8 @@ class BuildIctExamples(beam.PTransform):
 
     def __init__(self, model_dir=None, seed=0, keep_probability=DEFAULT_ICT_KEEP_PROBABILITY, queries_per_block=1):
         super().__init__()
-        self.fn = BuildIctExamplesFn(model_dir, seed, keep_probability, queries_per_block)
+        # Read where the pipeline is built; the DoFn carries it to workers, which lack `model_dir`.
+        self.fn = BuildIctExamplesFn(load_tokenizer(model_dir), seed, keep_probability, queries_per_block)
 
     def expand(self, blocks):
         outputs = blocks | "Build" >> beam.ParDo(self.fn).with_outputs(DEAD_LETTER, main="ict_examples")

@@ -131,8 +131,8 @@ def build_pretrain_example(
 class TagSalientSpansFn(beam.DoFn):
     """Takes batches of blocks so that spaCy sees many sentences per `nlp.pipe` call."""
 
-    def __init__(self, model_dir: str | None = None, seed: int = 0, spacy_batch_size: int = 256):
-        self.model_dir = model_dir
+    def __init__(self, tokenizer: WordPieceTokenizer, seed: int = 0, spacy_batch_size: int = 256):
+        self.tokenizer = tokenizer
         self.seed = seed
         self.spacy_batch_size = spacy_batch_size
         self.sentences = counter(STAGE, "sentences")
@@ -144,7 +144,6 @@ class TagSalientSpansFn(beam.DoFn):
         self.date_spans = counter(STAGE, "spans_date_regex")
 
     def setup(self):
-        self.tokenizer = load_tokenizer(self.model_dir)
         self.nlp = load_ner()
 
     def process(self, blocks: list[dict]) -> Iterator:
@@ -179,7 +178,8 @@ class TagSalientSpans(beam.PTransform):
 
     def __init__(self, model_dir: str | None = None, seed: int = 0, max_blocks_per_batch: int = 64):
         super().__init__()
-        self.model_dir = model_dir
+        # Read where the pipeline is built; the DoFn carries it to workers, which lack `model_dir`.
+        self.tokenizer = load_tokenizer(model_dir)
         self.seed = seed
         self.max_blocks_per_batch = max_blocks_per_batch
 
@@ -187,7 +187,7 @@ class TagSalientSpans(beam.PTransform):
         outputs = (
             blocks
             | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=self.max_blocks_per_batch)
-            | "Tag" >> beam.ParDo(TagSalientSpansFn(self.model_dir, self.seed)).with_outputs(
+            | "Tag" >> beam.ParDo(TagSalientSpansFn(self.tokenizer, self.seed)).with_outputs(
                 DEAD_LETTER, main="pretrain_examples"
             )
         )

@@ -26,6 +26,10 @@ def read_artifacts(root):
     return {name: read_table(str(root / name), ARTIFACTS[name]) for name in WRITTEN}
 
 
+def sorted_rows(table):
+    return sorted(json.dumps(row, sort_keys=True) for row in table.to_pylist())
+
+
 def dead_reasons(tables):
     return sorted(zip(tables["dead_letter"]["stage"].to_pylist(), tables["dead_letter"]["reason"].to_pylist()))
 
@@ -240,18 +244,28 @@ def test_each_prepared_artifact_carries_a_manifest_and_a_shard_altered_since_is_
 
 
 
-def test_the_wordpieces_are_cut_with_the_bert_directory_s_vocabulary_and_its_sha256_recorded(tmp_path):
+@pytest.fixture(scope="module")
+def bert_run(tmp_path_factory):
+    """`run/` prepared in process from the Wikipedia fixture's pages (`dump.xml`) with `--model_dir
+    bert/`, tests/bert_fixture's BERT and its own vocabulary."""
+    from tests.bert_fixture import save_tiny_bert
+
+    root = tmp_path_factory.mktemp("bert_run")
+    save_tiny_bert(root / "bert")
+    (root / "dump.xml").write_bytes(dump_bytes(ARTICLES))
+    prepare.run(["--corpus", "wikipedia-xml", "--input", str(root / "dump.xml"), "--output", str(root / "run"),
+                 "--model_dir", str(root / "bert"), *IN_PROCESS])
+    return root
+
+
+def test_the_wordpieces_are_cut_with_the_bert_directory_s_vocabulary_and_its_sha256_recorded(bert_run):
     """--model_dir (realm prepare --bert DIR): blocks' and examples' ids are that vocabulary's, and
     vocabulary.json names it, as training checks; the default run records the default's."""
     from realm.model.tokenization import load_tokenizer
     from realm.schemas.run_layout import RunLayout
-    from tests.bert_fixture import VOCABULARY, save_tiny_bert
+    from tests.bert_fixture import VOCABULARY
 
-    bert = save_tiny_bert(tmp_path / "bert")
-    (tmp_path / "dump.xml").write_bytes(dump_bytes(ARTICLES))
-    out = tmp_path / "run"
-    prepare.run(["--corpus", "wikipedia-xml", "--input", str(tmp_path / "dump.xml"), "--output", str(out),
-                 "--model_dir", str(bert), *IN_PROCESS])
+    bert, out = bert_run / "bert", bert_run / "run"
     tokenizer = load_tokenizer(str(bert))
     tables = read_artifacts(out)
     for block in tables["blocks"].to_pylist():
@@ -262,6 +276,29 @@ def test_the_wordpieces_are_cut_with_the_bert_directory_s_vocabulary_and_its_sha
     assert ids and max(ids) < len(VOCABULARY)
     assert RunLayout.at(out).prepared_vocabulary() == {"sha256": tokenizer.vocabulary_sha256, "source": str(bert)}
     assert_consistent(tables)
+
+
+def test_workers_cut_a_bert_directory_s_wordpieces_without_that_directory(bert_run, tmp_path):
+    # --model_dir is a path on the machine that launches prepare: a Dataflow worker has no such
+    # directory, so chunking, tagging and ICT must cut wordpieces with what the launcher hands them.
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from realm.pipelines.options import RealmOptions
+    from realm.pipelines.progress import StageTaps
+
+    bert = shutil.copytree(bert_run / "bert", tmp_path / "bert")
+    options = PipelineOptions(["--corpus", "wikipedia-xml", "--input", str(bert_run / "dump.xml"),
+                               "--model_dir", str(bert)]).view_as(RealmOptions)
+    # A worker process of its own: nothing the launching process loaded is there.
+    pipeline = beam.Pipeline(options=PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=multi_processing"]))
+    prepare.build_prepare_pipeline(pipeline, options, str(tmp_path / "run"), StageTaps(None))
+    bert.rename(tmp_path / "bert-elsewhere")
+    pipeline.run().wait_until_finish()
+    by_workers, in_process = read_artifacts(tmp_path / "run"), read_artifacts(bert_run / "run")
+    for name in WRITTEN:
+        assert sorted_rows(by_workers[name]) == sorted_rows(in_process[name]), name
+    assert by_workers["blocks"].num_rows and by_workers["pretrain_examples"].num_rows and by_workers["ict_examples"].num_rows
 
 
 def test_a_bert_directory_without_a_vocabulary_stops_prepare_before_the_run_changes(run_copy, tmp_path):
