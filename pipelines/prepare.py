@@ -44,19 +44,12 @@ from realm.pipelines.salient import TagSalientSpans
 from realm.pipelines.staging import move_into_place, staged_output, write_manifests
 from realm.pipelines.trivial import FilterTrivialRetrievals
 from realm.model.tokenization import load_tokenizer
-from realm.schemas import BLOCK_ENTITIES, BLOCKS, DEAD_LETTER, DOCUMENTS, ICT_EXAMPLES, PRETRAIN_EXAMPLES, ArtifactError
+from realm.schemas import BLOCKS, PREPARED_ARTIFACTS, ArtifactError
 from realm.schemas.run_layout import VOCABULARY_FILE
 
 NAME = "prepare"
 STAGES = ["read", "chunk", "entities", "salient", "trivial", "ict"]
-OUTPUT_SCHEMAS = {
-    "documents": DOCUMENTS,
-    "blocks": BLOCKS,
-    "block_entities": BLOCK_ENTITIES,
-    "pretrain_examples": PRETRAIN_EXAMPLES,
-    "ict_examples": ICT_EXAMPLES,
-    "dead_letter": DEAD_LETTER,
-}
+OUTPUT_SCHEMAS = PREPARED_ARTIFACTS
 
 
 def build_prepare_pipeline(pipeline: beam.Pipeline, options: RealmOptions, output: str, taps: StageTaps) -> None:

@@ -23,14 +23,18 @@ from realm.schemas.pooled_states import POOLED_STATES
 from realm.schemas.predictions import PREDICTIONS
 from realm.schemas.reproduction import REPRODUCTION_RESULTS
 
-# Artifact directory name -> schema: what `realm` writes under a run root.
-ARTIFACTS = {
+# Artifact directory name -> schema: what `realm prepare` writes under a run root.
+PREPARED_ARTIFACTS = {
     "documents": DOCUMENTS,
     "blocks": BLOCKS,
     "block_entities": BLOCK_ENTITIES,
     "pretrain_examples": PRETRAIN_EXAMPLES,
     "ict_examples": ICT_EXAMPLES,
     "dead_letter": DEAD_LETTER,
+}
+# Artifact directory name -> schema: what `realm` writes under a run root.
+ARTIFACTS = {
+    **PREPARED_ARTIFACTS,
     "embeddings": EMBEDDINGS,
     "pooled_states": POOLED_STATES,
     "predictions": PREDICTIONS,
@@ -52,6 +56,7 @@ __all__ = [
     "MAX_RAW_CHARS",
     "POOLED_STATES",
     "PREDICTIONS",
+    "PREPARED_ARTIFACTS",
     "PRETRAIN_EXAMPLES",
     "REPRODUCTION_RESULTS",
     "SPAN",
