@@ -21,6 +21,7 @@ from realm.pipelines.artifacts import ReadArtifact
 from realm.pipelines.dead_letters import DEAD_LETTER, counter, reject
 from realm.pipelines.execution import run_single_stage
 from realm.pipelines.sentences import stable_id
+from realm.pipelines.spacy_import import import_spacy
 from realm.schemas import BLOCKS, DOCUMENTS
 
 STAGE = "chunk"
@@ -116,9 +117,7 @@ def split_into_blocks(
 
 def load_sentencizer():
     """spaCy's rule-based sentencizer: no model weights, a few microseconds per sentence."""
-    import spacy
-
-    nlp = spacy.blank("en")
+    nlp = import_spacy().blank("en")
     nlp.add_pipe("sentencizer")
     nlp.max_length = MAX_DOCUMENT_CHARS
     return nlp
