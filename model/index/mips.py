@@ -102,9 +102,9 @@ def ivf_nlist(count: int) -> int:
 
 def set_faiss_threads(threads: int | None = None) -> int:
     """Let faiss use `threads` (None: torch's, this process's share of the cores: all of them in
-    one process, torchrun's OMP_NUM_THREADS on several). Faiss has an OpenMP runtime of its own,
-    whose idle threads spin: more of them than the process's share starve the other processes'
-    training (docs/measurements.md, "a refresh split across ranks")."""
+    one process, torchrun's OMP_NUM_THREADS on several). The process has one OpenMP runtime, so
+    this sets torch's count too: more than the process's share oversubscribes the cores of every
+    rank (docs/measurements.md, "faiss's threads on N processes")."""
     threads = threads or torch.get_num_threads()
     faiss.omp_set_num_threads(threads)
     return threads
