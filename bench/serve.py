@@ -118,8 +118,8 @@ def _answer_in_process(run, device, bf16_reader, questions, batch, start, result
 
     from realm.model.qa.answering import Answerer
 
-    torch.set_num_threads(1)  # as each of the server's answer threads; before loading, faiss's too
     answerer = Answerer.from_run(run, device=device, bf16_reader=bf16_reader)
+    torch.set_num_threads(1)  # as each of the server's answer threads
     answerer.answer(questions[:CEILING_BATCH], num_read=5, num_retrieve=5)  # warm-up: first-call allocations
     start.wait()
     began, cpu, latencies = time.monotonic(), time.process_time(), []

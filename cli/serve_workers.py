@@ -47,13 +47,11 @@ def load_app(settings: ServeSettings):
 
     from realm.cli.answering import run_answerer
     from realm.cli.http_app import create_app
-    from realm.model.networks.device import select_device
 
-    on_gpu = select_device(settings.device).type == "cuda"
-    answer_threads, torch_threads = thread_counts(settings.workers, settings.cores, on_gpu)
-    # Before loading: the index's load gives faiss torch's thread count (`set_faiss_threads`).
-    torch.set_num_threads(torch_threads)
     answerer = run_answerer(settings.run, settings.device, settings.index, settings.bf16_reader)
+    answer_threads, torch_threads = thread_counts(settings.workers, settings.cores, answerer.device.type == "cuda")
+    # After loading: faiss's threads at load are torch's too (one OpenMP).
+    torch.set_num_threads(torch_threads)
     return create_app(answerer, settings.run, threads=answer_threads)
 
 
