@@ -30,9 +30,9 @@ from typing import Literal
 
 import faiss
 import numpy as np
-import torch
 
 from realm.model.index.lineage import shard_lineage
+from realm.model.networks.device import usable_cores
 from realm.model.publish import MANIFEST_FILE, IntegrityError, latest_verified, publish, staging_dir, verify_step
 
 INDEX_FILE = "index.faiss"
@@ -101,11 +101,12 @@ def ivf_nlist(count: int) -> int:
 
 
 def set_faiss_threads(threads: int | None = None) -> int:
-    """Let faiss use `threads` (None: torch's, this process's share of the cores: all of them in
-    one process, torchrun's OMP_NUM_THREADS on several). The process has one OpenMP runtime, so
-    this sets torch's count too: more than the process's share oversubscribes the cores of every
-    rank (docs/measurements.md, "faiss's threads on N processes")."""
-    threads = threads or torch.get_num_threads()
+    """Let faiss use `threads` (None: this process's share of the cores, OMP_NUM_THREADS where a
+    launcher set it, torchrun's cores / N, else every core). The process has one OpenMP runtime,
+    so this sets torch's count too: more than the process's share oversubscribes the cores of
+    every rank (docs/measurements.md, "faiss's threads on N processes"). The same count in every
+    thread and at every point of a run, so a resumed run computes what an uninterrupted one did."""
+    threads = threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or usable_cores()
     faiss.omp_set_num_threads(threads)
     return threads
 
