@@ -2,7 +2,7 @@
 tower of one of its snapshots, with Beam's `RunInference` (`realm.pipelines.embed_handler`).
 
     python -m realm.pipelines.embed --run RUN [--step STEP] --output DIR \\
-        [--max_block_wordpieces N] [--embed_batch_blocks 64] [--embed_window_blocks 1024] [Beam flags]
+        [--max_block_wordpieces N] [--embed_batch_blocks 64] [--embed_window_blocks 4096] [Beam flags]
 
 The doc tower is `<run>/snapshots/<STEP>/` (default: the newest), loaded once per worker
 process. Blocks are cut to `--max_block_wordpieces` (the trainer's, as a refresh cuts them),
@@ -20,6 +20,7 @@ Pre-training's refresh runs it instead of the in-process embedder with the setti
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -220,3 +221,6 @@ def embed_into(directory: str, run_root: str, step: int, max_block_wordpieces: i
 
 if __name__ == "__main__":
     run()
+    # The process ends here (a refresh waits on it): what it holds, torch and transformers
+    # included, is not worth a collection, which takes about a second at exit.
+    gc.freeze()

@@ -13,6 +13,7 @@ as every other realm pipeline does.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -25,6 +26,10 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
 from realm.model.tokenization import WordPieceTokenizer
+
+# Set in every Beam SDK harness process (a local runner's worker process, a Dataflow worker's):
+# the harness reads its control endpoint from it.
+HARNESS_ENVIRONMENT_VARIABLE = "CONTROL_API_SERVICE_DESCRIPTOR"
 
 # What the handler reads of a block (the rest of blocks/ stays behind the reshuffle).
 EMBED_BLOCK = pa.schema(
@@ -89,7 +94,14 @@ class DocTowerHandler(ModelHandler[dict, PredictionResult, Any]):
             # Worker processes sharing a machine split its cores instead of each taking all of them.
             torch.set_num_threads(self.torch_threads)
         with local_copy(self.doc_embedder_dir) as directory:
-            return load_pretrained(Embedder, directory).to(select_device()).eval()
+            doc_embedder = load_pretrained(Embedder, directory).to(select_device()).eval()
+        if HARNESS_ENVIRONMENT_VARIABLE in os.environ:
+            # A worker process keeps its tower, torch and transformers to its end: out of the
+            # collector's sight, they are not walked by its full collections nor at the
+            # process's exit (about a second a worker, and a local runner stops its workers
+            # one after another). A launching process that runs the handler itself is left alone.
+            gc.freeze()
+        return doc_embedder
 
     def run_inference(
         self, batch: Sequence[dict], doc_embedder, inference_args: dict[str, Any] | None = None

@@ -46,9 +46,10 @@ class RealmOptions(PipelineOptions):
         group.add_argument("--run", help="run root whose blocks/ `embed` embeds with one of its doc-tower snapshots")
         group.add_argument("--step", type=int, default=None, help="the snapshot `embed` uses (default: the newest)")
         group.add_argument("--embed_batch_blocks", type=int, default=64, help="blocks per doc-tower forward")
-        # A window is what one RunInference call sorts by length; a few times the batch pads little.
+        # A window is what one RunInference call sorts by length, the in-process embedder's size:
+        # batches of 64 vital blocks carry ~2% padding at 4096 a window, ~9% at 1024.
         group.add_argument(
-            "--embed_window_blocks", type=int, default=1024, help="blocks per RunInference call, sorted by length within"
+            "--embed_window_blocks", type=int, default=4096, help="blocks per RunInference call, sorted by length within"
         )
 
 

@@ -1,13 +1,17 @@
 """The doc-tower model handler: a tower on a remote file system is loaded from a local copy that
-is gone once it has loaded; a local tower is loaded where it lies."""
+is gone once it has loaded; a local tower is loaded where it lies; a worker process's heap is
+frozen out of the collector's sight once the tower has loaded, a launching process's is not."""
 
+import gc
+
+import pytest
 import torch
 from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.localfilesystem import LocalFileSystem
 
 from realm.model.networks.config import build_component, load_pretrained
 from realm.model.networks.retriever import Embedder
-from realm.pipelines.embed_handler import DocTowerHandler
+from realm.pipelines.embed_handler import HARNESS_ENVIRONMENT_VARIABLE, DocTowerHandler
 
 STAND_IN = "standin://"
 
@@ -67,3 +71,25 @@ def test_a_local_tower_is_loaded_where_it_lies_and_kept(tmp_path, tiny_config, t
     assert same_weights(loaded, expected)
     assert [p.name for p in tmp_path.iterdir()] == ["snapshot"]
     assert sorted(p.name for p in (tmp_path / "snapshot").iterdir()) == files == ["config.json", "model.safetensors"]
+
+
+@pytest.fixture
+def unfrozen():
+    """The collector as a test process has it: nothing frozen before, everything thawed after."""
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
+def test_only_a_worker_process_freezes_what_it_holds_once_the_tower_has_loaded(
+    tmp_path, tiny_config, tokenizer, monkeypatch, unfrozen
+):
+    saved_tower(tmp_path / "snapshot", tiny_config)
+    handler = handler_of(str(tmp_path / "snapshot"), tokenizer)
+    monkeypatch.delenv(HARNESS_ENVIRONMENT_VARIABLE, raising=False)
+    handler.load_model()
+    assert gc.get_freeze_count() == 0  # a process that launches a pipeline and runs its handler itself
+    monkeypatch.setenv(HARNESS_ENVIRONMENT_VARIABLE, "url: 'localhost:1'")  # as a Beam SDK harness has it
+    tower = handler.load_model()
+    assert gc.get_freeze_count() > 0
+    assert gc.is_tracked(tower) and not any(tower is o for o in gc.get_objects())  # frozen, not dropped
