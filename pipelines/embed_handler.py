@@ -100,6 +100,8 @@ class DocTowerHandler(ModelHandler[dict, PredictionResult, Any]):
             # collector's sight, they are not walked by its full collections nor at the
             # process's exit (about a second a worker, and a local runner stops its workers
             # one after another). A launching process that runs the handler itself is left alone.
+            # The collection first, so no garbage of the load is kept with them.
+            gc.collect()
             gc.freeze()
         return doc_embedder
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from realm.model.index import EMBED_BATCH_BLOCKS, EMBED_WINDOW_BLOCKS
 from realm.model.tokenization import MAX_BLOCK_WORDPIECES
 
 DEFAULT_MAX_BLOCKS_PER_SENTENCE = 20
@@ -45,11 +46,12 @@ class RealmOptions(PipelineOptions):
         group.add_argument("--ict_queries_per_block", type=int, default=1)
         group.add_argument("--run", help="run root whose blocks/ `embed` embeds with one of its doc-tower snapshots")
         group.add_argument("--step", type=int, default=None, help="the snapshot `embed` uses (default: the newest)")
-        group.add_argument("--embed_batch_blocks", type=int, default=64, help="blocks per doc-tower forward")
-        # A window is what one RunInference call sorts by length, the in-process embedder's size:
-        # batches of 64 vital blocks carry ~2% padding at 4096 a window, ~9% at 1024.
         group.add_argument(
-            "--embed_window_blocks", type=int, default=4096, help="blocks per RunInference call, sorted by length within"
+            "--embed_batch_blocks", type=int, default=EMBED_BATCH_BLOCKS, help="blocks per doc-tower forward"
+        )
+        group.add_argument(
+            "--embed_window_blocks", type=int, default=EMBED_WINDOW_BLOCKS,
+            help="blocks per RunInference call, sorted by length within",
         )
 
 

@@ -10,7 +10,11 @@ pipelines never load torch. A process that has torch loaded already keeps it as 
 from __future__ import annotations
 
 import sys
+import threading
 from types import ModuleType
+
+# Stages' setups may run at once on a worker's threads; one import hides torch at a time.
+_IMPORTING = threading.Lock()
 
 
 def import_spacy() -> ModuleType:
@@ -18,15 +22,16 @@ def import_spacy() -> ModuleType:
     (thinc then reports no torch, which spaCy's own pipelines never ask for). While it runs,
     `import torch` on another thread fails, so a stage that loads torch must not share a
     worker with it mid-setup; afterwards `import torch` works as before."""
-    if "spacy" in sys.modules or "torch" in sys.modules:
-        import spacy
+    with _IMPORTING:
+        if "spacy" in sys.modules or "torch" in sys.modules:
+            import spacy
 
+            return spacy
+        # A None entry makes `import torch` raise ImportError, which thinc catches.
+        sys.modules["torch"] = None
+        try:
+            import spacy
+        finally:
+            if "torch" in sys.modules and sys.modules["torch"] is None:
+                del sys.modules["torch"]
         return spacy
-    # A None entry makes `import torch` raise ImportError, which thinc catches.
-    sys.modules["torch"] = None
-    try:
-        import spacy
-    finally:
-        if "torch" in sys.modules and sys.modules["torch"] is None:
-            del sys.modules["torch"]
-    return spacy

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from realm.model.index import EMBED_BATCH_BLOCKS, EMBED_WINDOW_BLOCKS
 from realm.model.index.block_store import BLOCK_COLUMNS
 from realm.model.networks.device import autocast
 from realm.model.networks.inputs import block_sequence, length_sorted_groups, pad_batch
@@ -89,8 +90,8 @@ def embed_blocks(
     checkpoint_step: int,
     *,
     part: int = 0,
-    batch_size: int = 64,
-    window_blocks: int = 4096,
+    batch_size: int = EMBED_BATCH_BLOCKS,
+    window_blocks: int = EMBED_WINDOW_BLOCKS,
     device: torch.device | None = None,
     cpu_bf16_autocast: bool = False,
     total_blocks: int | None = None,

@@ -106,9 +106,16 @@ def set_faiss_threads(threads: int | None = None) -> int:
     so this sets torch's count too: more than the process's share oversubscribes the cores of
     every rank (docs/measurements.md, "faiss's threads on N processes"). The same count in every
     thread and at every point of a run, so a resumed run computes what an uninterrupted one did."""
-    threads = threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or usable_cores()
+    threads = threads or process_cores()
     faiss.omp_set_num_threads(threads)
     return threads
+
+
+def process_cores() -> int:
+    """This process's share of the cores: the count OMP_NUM_THREADS gives its outermost level
+    ("8", or "8,1" for nested levels) where a launcher set one, else every core it may run on."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(first) if first.isdigit() and int(first) > 0 else usable_cores()
 
 
 def empty_index(dim: int, count: int, config: IndexConfig) -> tuple[IndexConfig, faiss.Index]:

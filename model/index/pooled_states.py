@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from realm.model.index import EMBED_BATCH_BLOCKS, EMBED_WINDOW_BLOCKS
 from realm.model.index.block_store import count_blocks
 from realm.model.index.embed_corpus import block_windows, embed_window, write_embeddings
 from realm.model.index.lineage import doc_tower_fingerprint
@@ -67,7 +68,7 @@ class PooledStates:
 
 def publish_pooled_states(
     doc_embedder: Embedder, model_config: ModelConfig, blocks_path: str, root: str, max_block_wordpieces: int,
-    device: torch.device, batch_size: int = 64, window_blocks: int = 4096,
+    device: torch.device, batch_size: int = EMBED_BATCH_BLOCKS, window_blocks: int = EMBED_WINDOW_BLOCKS,
 ) -> Path:
     """The published states of `doc_embedder`'s BERT over the blocks cut to `max_block_wordpieces`:
     those already published, else computed now (eval mode, the model preset's autocast)."""

@@ -38,12 +38,12 @@ from realm.model.index.mips import (
     empty_index,
     fill_shard,
     index_metadata,
+    process_cores,
     set_faiss_threads,
     shard_bounds,
     training_rows,
     write_shard,
 )
-from realm.model.networks.device import usable_cores
 from realm.model.publish import publish, staging_dir
 from realm.schemas import EMBEDDING_DIM, EMBEDDINGS
 from realm.schemas.io import open_parquet, parquet_files, parquet_files_under
@@ -124,9 +124,9 @@ def build_sharded_index(
     uses: Iterable[str | os.PathLike] = (),
 ) -> ShardedBuild:
     """Build `config.shards` shards from the files of the `embeddings/<step>/` artifact at
-    `embeddings_dir`, `workers` at a time (None: one per core, at most one per shard), each
-    worker with its share of the cores, and publish them as `<index_root>/<step>/` (see
-    `MipsIndex.save` for `keep`, `lineage` and `uses`)."""
+    `embeddings_dir`, `workers` at a time (None: one per core of this process's share,
+    `process_cores`, at most one per shard), each worker with its share of those cores, and
+    publish them as `<index_root>/<step>/` (see `MipsIndex.save` for `keep`, `lineage` and `uses`)."""
     files = parquet_files(str(embeddings_dir))  # checks the artifact against its manifest
     counts = [open_parquet(file).metadata.num_rows for file in files]
     groups = group_files(counts, config.shards)
@@ -138,7 +138,8 @@ def build_sharded_index(
         empty.train(_rows_of_files(files, training_rows(sum(counts), config)))
     train_seconds = time.perf_counter() - started
     trained = faiss.serialize_index(empty)  # uint8 bytes, what each worker starts from
-    workers = min(workers or usable_cores(), config.shards)
+    cores = process_cores()
+    workers = min(workers or cores, config.shards)
     staging = staging_dir(index_root, step)
     # A fresh process per shard ("spawn": faiss's OpenMP pool does not survive a fork), so a
     # worker's peak memory is its shard's alone.
@@ -148,7 +149,7 @@ def build_sharded_index(
             pool.submit(
                 _build_shard, trained, [files[i] for i in group], sum(counts[i] for i in group),
                 {checksums[files[i]][0]: checksums[files[i]][1] for i in group},
-                str(staging), number, config, max(1, usable_cores() // workers),
+                str(staging), number, config, max(1, cores // workers),
             )
             for number, group in enumerate(groups)
         ]

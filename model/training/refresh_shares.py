@@ -85,16 +85,27 @@ class ShareEmbedder:
 
     def __init__(self, world: World, embed: EmbedShare):
         self.world, self.embed = world, embed
+        self.failure: str | None = None
         self.thread = threading.Thread(target=self._serve, name=f"refresh-share-{world.rank}", daemon=True)
         self.thread.start()
 
     def _serve(self) -> None:
-        while True:
-            message = [None]
-            dist.broadcast_object_list(message, src=0, group=background_group())
-            if message[0] is None:
-                return
-            _answers(self.world, _answer(self.world, self.embed, message[0]))
+        try:
+            while True:
+                message = [None]
+                dist.broadcast_object_list(message, src=0, group=background_group())
+                if message[0] is None:
+                    return
+                _answers(self.world, _answer(self.world, self.embed, message[0]))
+        except BaseException as error:  # rank 0 would wait for an answer that never comes
+            log.exception("rank %d: the refresh-share thread failed", self.world.rank)
+            self.failure = f"{type(error).__name__}: {error}"
+
+    def raise_if_failed(self) -> None:
+        """Raise in the training loop if the thread has failed: this rank fails, and torchrun
+        ends the job naming it, instead of rank 0 waiting on its answer."""
+        if self.failure is not None:
+            raise RuntimeError(f"rank {self.world.rank}: its refresh-share thread failed: {self.failure}")
 
     def join(self) -> None:
         """Wait for rank 0's `stop_share_embedders`."""

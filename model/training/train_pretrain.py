@@ -400,7 +400,8 @@ class PretrainTrainer(Trainer):
         return tally
 
     def follow(self, roots: IndexRoots) -> None:
-        """A rank > 0's pre-training: the same steps against rank 0's indexes, nothing written."""
+        """A rank > 0's pre-training: the same steps against rank 0's indexes; nothing written
+        but its shares of the refreshes' embeddings."""
         self.run(None, roots)
 
     def run(self, hooks: PretrainHooks | None, roots: IndexRoots) -> PretrainResult | None:
@@ -421,6 +422,8 @@ class PretrainTrainer(Trainer):
         )
 
         def refresh_on_schedule() -> None:
+            if shares is not None:
+                shares.raise_if_failed()
             swapped = rank_zeros_swap(self.world, roots, refreshes.before_step(self.step) if refreshes else None)
             if swapped is not None:
                 self.swap_index(*swapped)

@@ -1,7 +1,9 @@
 import dataclasses
 import json
 import logging
+import os
 
+import faiss
 import numpy as np
 import pytest
 
@@ -14,6 +16,7 @@ from realm.model.index.mips import (
     MipsIndex,
     ivf_nlist,
     latest_published,
+    set_faiss_threads,
     shard_bounds,
 )
 from realm.model.publish import IntegrityError
@@ -273,3 +276,21 @@ def test_a_shard_count_asked_for_overrides_the_default_and_each_shard_holds_a_bl
     for shards in (0, 9):
         with pytest.raises(ValueError, match=f"{shards} index shards for 8 blocks: a shard holds one block or more"):
             IndexConfig.for_corpus(8, shards=shards)
+
+
+@pytest.mark.parametrize(
+    ("variable", "threads"), [("1", 1), ("3,1", 3), (None, "every core"), ("", "every core"), ("x", "every core")]
+)
+def test_faiss_takes_the_process_share_a_launcher_gave_else_every_core(monkeypatch, variable, threads):
+    # torchrun sets OMP_NUM_THREADS to each rank's share; faiss, and with it torch (one OpenMP
+    # runtime), must keep to it, or N ranks oversubscribe the host's cores.
+    if variable is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", variable)
+    expected = len(os.sched_getaffinity(0)) if threads == "every core" else threads
+    before = faiss.omp_get_max_threads()
+    try:
+        assert set_faiss_threads() == expected == faiss.omp_get_max_threads()
+    finally:
+        faiss.omp_set_num_threads(before)
