@@ -36,15 +36,19 @@ ORDER_PASS_BLOCKS = 1 << 20
 
 
 def iter_block_batches(
-    blocks_path: str, batch_rows: int = 4096, columns: Sequence[str] = BLOCK_COLUMNS
+    blocks_path: str, batch_rows: int = 4096, columns: Sequence[str] = BLOCK_COLUMNS,
+    rows: tuple[int, int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """`columns` of a `blocks/` artifact (only those, and block_id, are read), validated, as
-    record batches in block_id order (see the module docstring)."""
+    record batches in block_id order (see the module docstring); with `rows` (start, stop),
+    only the blocks at those positions of that order, read in passes over their ids alone (a
+    rank's share of a refresh reads its share of the corpus, not the whole of it)."""
     files = parquet_files(blocks_path)
     read = list(dict.fromkeys(["block_id", *columns]))
     ids = np.sort(np.concatenate([read_validated(file, BLOCKS, ["block_id"])["block_id"].to_numpy() for file in files]))
-    lows = ids[::ORDER_PASS_BLOCKS]  # [passes]: the smallest id of each pass
-    for low, high in zip(lows, [*lows[1:], None]):
+    start, stop = rows or (0, len(ids))
+    lows = ids[start:stop][::ORDER_PASS_BLOCKS]  # [passes]: the smallest id of each pass
+    for low, high in zip(lows, [*lows[1:], ids[stop] if stop < len(ids) else None]):
         passed = pa.concat_tables(_blocks_between(files, read, low, high))
         yield from passed.sort_by("block_id").select(list(columns)).to_batches(max_chunksize=batch_rows)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -63,18 +63,6 @@ def fitted_block_batches(blocks_path: str, max_block_wordpieces: int):
     return (fit_block_batch(batch, max_block_wordpieces) for batch in iter_block_batches(blocks_path))
 
 
-def rows_between(batches: Iterable[pa.RecordBatch], start: int, stop: int) -> Iterator[pa.RecordBatch]:
-    """Rows [start, stop) of a stream of record batches, as slices of them (no copy)."""
-    seen = 0
-    for batch in batches:
-        if seen >= stop:
-            return
-        low, high = max(start - seen, 0), min(stop - seen, batch.num_rows)
-        if low < high:
-            yield batch.slice(low, high - low)
-        seen += batch.num_rows
-
-
 def embed_share(
     blocks_path: str,
     doc_embedder_dir: str,
@@ -94,7 +82,7 @@ def embed_share(
     device = device or select_device()
     total = count_blocks(blocks_path)
     start, stop = total * share // shares, total * (share + 1) // shares
-    cut = (fit_block_batch(batch, max_block_wordpieces) for batch in rows_between(iter_block_batches(blocks_path), start, stop))
+    cut = (fit_block_batch(batch, max_block_wordpieces) for batch in iter_block_batches(blocks_path, rows=(start, stop)))
     embed_blocks(
         load_pretrained(Embedder, doc_embedder_dir).to(device), model_config.tokenizer(), cut, staging, snapshot_step,
         part=share, device=device, cpu_bf16_autocast=model_config.cpu_bf16_autocast, total_blocks=stop - start,

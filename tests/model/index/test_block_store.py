@@ -26,6 +26,11 @@ def test_blocks_come_in_id_order_however_the_shards_split_and_order_them(blocks_
         batches = list(iter_block_batches(path, batch_rows=3))
         assert [batch.num_rows for batch in batches[:2]] == [3, 3]
         assert pa.Table.from_batches(batches).equals(expected), layout
+        for start, stop in [(2, 7), (0, 3), (5, 8), (4, 4)]:  # a share of the order, within and at its ends
+            share = list(iter_block_batches(path, batch_rows=3, rows=(start, stop)))
+            assert sum(batch.num_rows for batch in share) == stop - start, (layout, start, stop)
+            if share:
+                assert pa.Table.from_batches(share).equals(expected.slice(start, stop - start)), (layout, start, stop)
 
 
 def test_a_damaged_shard_is_named(blocks_table, tmp_path):

@@ -7,7 +7,7 @@ import torch
 from realm.model.index.lineage import corpus_fingerprint, doc_tower_fingerprint, read_lineage
 from realm.model.index.mips import MipsIndex
 from realm.model.index.embed_corpus import load_embeddings
-from realm.model.index.rebuild import embed_share, fit_block_batch, rebuild_index, rows_between
+from realm.model.index.rebuild import embed_share, fit_block_batch, rebuild_index
 from realm.model.networks.config import build_component
 from realm.model.networks.retriever import Embedder
 from realm.model.publish import read_manifest
@@ -65,13 +65,6 @@ def test_a_refresh_asked_for_three_shards_builds_them_from_a_file_each_and_searc
     exact_scores, exact_top = exact.search(queries, 5)
     np.testing.assert_array_equal(top, exact_top)
     np.testing.assert_allclose(scores, exact_scores, rtol=1e-5, atol=1e-6)
-
-
-def test_rows_between_slices_a_stream_of_batches_across_their_boundaries():
-    batches = [pa.RecordBatch.from_pydict({"n": list(range(start, start + 3))}) for start in (0, 3, 6)]  # rows 0-8
-    assert [b["n"].to_pylist() for b in rows_between(batches, 2, 7)] == [[2], [3, 4, 5], [6]]
-    assert [b["n"].to_pylist() for b in rows_between(batches, 3, 6)] == [[3, 4, 5]]
-    assert list(rows_between(batches, 4, 4)) == []
 
 
 def test_shares_of_the_corpus_embedded_apart_are_the_whole_corpus_embedded_at_once(tmp_path, tiny_config, blocks_table):
