@@ -35,6 +35,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import PredictionResult, RunInference
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
+from realm.model.index import EMBED_BATCH_BLOCKS, EMBED_WINDOW_BLOCKS
 from realm.model.index.lineage import WEIGHTS_FILE, index_lineage
 from realm.pipelines.artifacts import ReadArtifact, WriteArtifact, artifact_pattern
 from realm.pipelines.dead_letters import DEAD_LETTER, counter, reject
@@ -154,7 +155,8 @@ def doc_tower_handler(run: str, doc_tower_dir: str, options: RealmOptions, torch
     config = ModelConfig.preset(record["model_preset"], bert_dir=record.get("bert_dir"))
     return DocTowerHandler(
         doc_tower_dir, config.tokenizer(), config.cpu_bf16_autocast, options.max_block_wordpieces,
-        options.embed_batch_blocks, options.embed_window_blocks, torch_threads,
+        options.embed_batch_blocks or EMBED_BATCH_BLOCKS, options.embed_window_blocks or EMBED_WINDOW_BLOCKS,
+        torch_threads,
     )
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from realm.model.index import EMBED_BATCH_BLOCKS, EMBED_WINDOW_BLOCKS
 from realm.model.tokenization import MAX_BLOCK_WORDPIECES
 
 DEFAULT_MAX_BLOCKS_PER_SENTENCE = 20
@@ -46,12 +45,14 @@ class RealmOptions(PipelineOptions):
         group.add_argument("--ict_queries_per_block", type=int, default=1)
         group.add_argument("--run", help="run root whose blocks/ `embed` embeds with one of its doc-tower snapshots")
         group.add_argument("--step", type=int, default=None, help="the snapshot `embed` uses (default: the newest)")
+        # The embedding's defaults are the in-process embedder's (realm.model.index), which
+        # `embed` reads: preparation, keyed on what these options import, does not depend on them.
         group.add_argument(
-            "--embed_batch_blocks", type=int, default=EMBED_BATCH_BLOCKS, help="blocks per doc-tower forward"
+            "--embed_batch_blocks", type=int, default=None, help="blocks per doc-tower forward (default: the refresh's)"
         )
         group.add_argument(
-            "--embed_window_blocks", type=int, default=EMBED_WINDOW_BLOCKS,
-            help="blocks per RunInference call, sorted by length within",
+            "--embed_window_blocks", type=int, default=None,
+            help="blocks per RunInference call, sorted by length within (default: the refresh's window)",
         )
 
 
