@@ -4,10 +4,10 @@ gradients and losses it averages with the others, and how rank 0 hands the other
 One world, one leader. Rank 0 runs the command as in one process (the Prefect flow, its
 tasks, every file written); when it builds a trainer it first hands the same trainer's recipe
 to every other rank (`lead`), and those ranks, waiting in `follow`, build it and train beside
-it, writing nothing but their shares of a refresh's embeddings (`refresh_shares`). The control messages (recipes, the checkpoint to resume, each step's
-index swap) travel over a gloo group whatever the device, so a rank waiting for rank 0 to
-finish preparing the corpus blocks on a socket, not a GPU kernel; gradients over the default
-group (nccl on CUDA, gloo on CPU).
+it, writing nothing but their shares of a refresh's embeddings (`refresh_shares`). The control
+messages (recipes, the checkpoint to resume, each step's index swap) travel over a gloo group
+whatever the device, so a rank waiting for rank 0 to finish preparing the corpus blocks on a
+socket, not a GPU kernel; gradients over the default group (nccl on CUDA, gloo on CPU).
 
 Each step's global batch is `example_order.batch_rows`' for one process; rank r reads rows
 r, r + N, ... of it (`World.shard`), so N ranks read exactly the one-process batch. Gradients
